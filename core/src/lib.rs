@@ -1,0 +1,33 @@
+//! Lapilli: an embedded event store for the Dynamic Consistency Boundary (DCB) pattern.
+//!
+//! One directory holds one bounded context: a single global order of events, each with a type
+//! and tags. A decision reads the events it depends on ([`Store::read`] with a [`Query`]) and
+//! appends guarded by the same query ([`AppendCondition`]): "fail if anything matching this was
+//! appended after the position I read at". See `API.md` for the contract all runtimes share
+//! and `ARCHITECTURE.md` for how the engine keeps it.
+//!
+//! Layers: [`log`] (segments, framing, recovery), `writer` (group commit and conditions),
+//! `read` (snapshots and bounded reads), `subscribe` (catch-up and live as one loop), and
+//! [`Store`], the front door.
+
+mod error;
+mod event;
+pub mod log;
+mod position;
+mod query;
+mod read;
+mod store;
+mod subscribe;
+mod writer;
+
+pub use error::{Error, ErrorKind, Result};
+pub use event::{Event, EventView, MAX_TAG_BYTES, MAX_TAGS, MAX_TYPE_BYTES, SequencedEvent};
+pub use position::Position;
+pub use query::{Query, QueryItem};
+pub use read::{ReadOptions, ReadResult};
+pub use store::{
+    AppendCondition, AppendResult, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_SIZE, Durability,
+    MIN_SEGMENT_SIZE, Options, RecoveryReport, Store,
+};
+pub use subscribe::{Next, Subscription};
+pub use writer::reply::PendingAppend;

@@ -1,0 +1,156 @@
+//! The recovery rule, as a pure function over bytes:
+//!
+//! **A batch is accepted only if every record since the previous commit marker validates
+//! (length, chained CRC, decodable) and the run ends in a valid marker whose first position and
+//! count match the run; the first record that fails ends the committed prefix.**
+//!
+//! Followers use the same function to advance over a live segment.
+
+use crate::event::{EventView, RECORD_KIND_EVENT};
+use crate::log::format::{FRAME_LEN, MARKER_PAYLOAD_LEN, RECORD_KIND_MARKER, record_crc};
+use crate::position::Position;
+
+/// Where a scan stands: the byte offset after the last accepted marker, the chain value there,
+/// and the next position to assign.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanPoint {
+    pub offset: usize,
+    pub chain: u32,
+    pub next_position: u64,
+}
+
+/// What lies after the committed prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tail {
+    /// Zero bytes (a preallocated, never-written region) or the end of the buffer.
+    Clean,
+    /// Bytes that do not form a committed batch: a torn or interrupted write.
+    Torn(TornTail),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TornTail {
+    /// Where the torn run starts (the end of the committed prefix).
+    pub offset: usize,
+    /// How many bytes the run spans, following frame lengths as far as they stay plausible.
+    pub bytes: usize,
+    /// The positions the run's event records would have had, if any validated.
+    pub positions: Option<(Position, Position)>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scan {
+    /// Byte offset of the frame of every committed event, in position order.
+    pub event_offsets: Vec<usize>,
+    pub end: ScanPoint,
+    pub last_recorded_at: u64,
+    pub tail: Tail,
+}
+
+/// Scans `bytes` from `start` (a point just after a commit marker or the header).
+pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
+    let mut committed = start;
+    let mut event_offsets = Vec::new();
+    let mut pending: Vec<usize> = Vec::new();
+    let mut pending_recorded_at = 0u64;
+    let mut last_recorded_at = 0u64;
+    let mut offset = start.offset;
+    let mut chain = start.chain;
+
+    let torn_reason: String = loop {
+        if offset + FRAME_LEN > bytes.len() {
+            if offset == bytes.len() && pending.is_empty() {
+                break String::new();
+            }
+            break "a frame runs past the end of the segment".into();
+        }
+        let len_bytes: [u8; 4] = bytes[offset..offset + 4].try_into().unwrap();
+        let len = u32::from_le_bytes(len_bytes) as usize;
+        if len == 0 {
+            if pending.is_empty() && bytes[offset..offset + FRAME_LEN].iter().all(|&b| b == 0) {
+                break String::new();
+            }
+            break "a zero-length frame inside a batch".into();
+        }
+        let payload_start = offset + FRAME_LEN;
+        if len > bytes.len() - payload_start {
+            break format!("a record of {len} bytes runs past the end of the segment");
+        }
+        let payload = &bytes[payload_start..payload_start + len];
+        let stored = u32::from_le_bytes(bytes[offset + 4..offset + 8].try_into().unwrap());
+        if record_crc(chain, len_bytes, payload) != stored {
+            break "a record's checksum does not match".into();
+        }
+        match payload[0] {
+            RECORD_KIND_EVENT => {
+                let position = Position(committed.next_position + pending.len() as u64);
+                match EventView::decode(position, payload) {
+                    Ok(view) => pending_recorded_at = view.recorded_at,
+                    Err(e) => break format!("a record validates but does not decode: {e}"),
+                }
+                pending.push(offset);
+            }
+            RECORD_KIND_MARKER if len == MARKER_PAYLOAD_LEN => {
+                let first = u64::from_le_bytes(payload[1..9].try_into().unwrap());
+                let count = u32::from_le_bytes(payload[9..13].try_into().unwrap()) as usize;
+                if count == 0 || count != pending.len() || first != committed.next_position {
+                    break format!(
+                        "a commit marker for {count} events from position {first} ends a run of {} events from position {}",
+                        pending.len(),
+                        committed.next_position
+                    );
+                }
+                event_offsets.append(&mut pending);
+                last_recorded_at = pending_recorded_at;
+                committed = ScanPoint {
+                    offset: payload_start + len,
+                    chain: stored,
+                    next_position: committed.next_position + count as u64,
+                };
+            }
+            kind => break format!("a record of unknown kind {kind}"),
+        }
+        chain = stored;
+        offset = payload_start + len;
+    };
+
+    let tail = if torn_reason.is_empty() {
+        Tail::Clean
+    } else {
+        let positions = (!pending.is_empty()).then(|| {
+            (
+                Position(committed.next_position),
+                Position(committed.next_position + pending.len() as u64 - 1),
+            )
+        });
+        Tail::Torn(TornTail {
+            offset: committed.offset,
+            bytes: torn_extent(bytes, committed.offset),
+            positions,
+            reason: torn_reason,
+        })
+    };
+    Scan { event_offsets, end: committed, last_recorded_at, tail }
+}
+
+/// How far a torn run reaches: frames are followed by their lengths, ignoring checksums, while
+/// the lengths stay inside the buffer; a frame that is all zeros ends the run.
+fn torn_extent(bytes: &[u8], from: usize) -> usize {
+    let mut offset = from;
+    while offset + FRAME_LEN <= bytes.len() {
+        let frame = &bytes[offset..offset + FRAME_LEN];
+        let len = u32::from_le_bytes(frame[0..4].try_into().unwrap()) as usize;
+        if frame.iter().all(|&b| b == 0) {
+            break;
+        }
+        if len == 0 || len > bytes.len() - offset - FRAME_LEN {
+            // Not a frame we can follow: count what is left of this frame's bytes up to the
+            // next zero run as part of the tear.
+            offset += FRAME_LEN;
+            break;
+        }
+        offset += FRAME_LEN + len;
+    }
+    offset.min(bytes.len()) - from
+}

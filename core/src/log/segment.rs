@@ -1,0 +1,123 @@
+//! Segment files: creation (preallocated, header, fsync file then directory), mapping for
+//! readers, and the writer's handle on the active segment.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use memmap2::{Mmap, MmapOptions};
+
+use crate::error::{Error, Result};
+use crate::log::format::{HEADER_LEN, decode_header, encode_header, segment_file_name};
+
+/// A segment as readers see it: a read-only map of the whole file.
+pub struct MappedSegment {
+    map: Mmap,
+}
+
+impl MappedSegment {
+    pub fn map(path: &Path, file: &File) -> Result<MappedSegment> {
+        // SAFETY: segment files are never truncated, shrunk or rewritten in place while the
+        // store is open: the writer only appends into the preallocated, zero-filled region past
+        // the published watermark, and readers only look below it. The lock file keeps any other
+        // writer process out, so no one else changes these bytes under the map.
+        let map = unsafe { MmapOptions::new().map(file) }
+            .map_err(|e| Error::io(format_args!("cannot map segment {}", path.display()), &e))?;
+        Ok(MappedSegment { map })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format_args!("cannot fsync directory {}", dir.display()), &e))
+}
+
+fn preallocate(file: &File, size: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        // Filesystems without fallocate get a sparse file of the right length instead.
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Creates the segment whose first event will be `base`: preallocates `size` bytes, writes the
+/// header, fsyncs the file and then the directory, so that a crash leaves either no file or a
+/// file whose header is durable before any record is written into it.
+pub fn create_segment(dir: &Path, base: u64, size: u64) -> Result<(File, PathBuf)> {
+    let path = dir.join(segment_file_name(base));
+    let result = (|| -> io::Result<File> {
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        preallocate(&file, size)?;
+        file.write_all_at(&encode_header(base), 0)?;
+        file.sync_all()?;
+        Ok(file)
+    })();
+    match result {
+        Ok(file) => {
+            sync_dir(dir)?;
+            Ok((file, path))
+        }
+        Err(e) => {
+            let _ = fs::remove_file(&path);
+            Err(Error::io(format_args!("cannot create segment {}", path.display()), &e))
+        }
+    }
+}
+
+/// Checks a segment's header against the base its file name promises.
+pub fn check_header(bytes: &[u8], base: u64, path: &Path) -> Result<u32> {
+    let header = decode_header(bytes).map_err(|e| {
+        Error::corruption(format!("segment {}: {}", path.display(), e.message()))
+    })?;
+    if header.base != base {
+        return Err(Error::corruption(format!(
+            "segment {} says its base position is {}; its name says {base}",
+            path.display(),
+            header.base
+        )));
+    }
+    Ok(header.crc)
+}
+
+/// The writer's side of the active segment.
+pub struct ActiveSegment {
+    pub file: File,
+    pub path: PathBuf,
+    /// Byte offset just past the last committed batch.
+    pub end: u64,
+    /// CRC of the last record written (the chain seed for the next).
+    pub chain: u32,
+    pub capacity: u64,
+}
+
+impl ActiveSegment {
+    pub fn remaining(&self) -> u64 {
+        self.capacity - self.end
+    }
+
+    pub fn write_at_end(&self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(bytes, self.end)
+    }
+
+    pub fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    /// Undoes a failed write: zeroes what may have reached the file so no later batch can adopt
+    /// those bytes (the chained CRC already rejects them; zeroes keep the tail clean to read).
+    pub fn rewind(&self, len: usize) -> io::Result<()> {
+        self.file.write_all_at(&vec![0u8; len], self.end)
+    }
+}
+
+pub const FIRST_RECORD_OFFSET: u64 = HEADER_LEN as u64;

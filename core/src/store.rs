@@ -1,0 +1,511 @@
+//! The front door: opening (recovery, lock), appending, reading, subscribing, closing.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{Event, encode_payload, encoded_len, validate_event};
+use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN, parse_segment_file_name};
+use crate::log::recovery::{ScanPoint, Tail, TornTail, scan_records};
+use crate::log::segment::{ActiveSegment, MappedSegment, check_header, create_segment, sync_dir};
+use crate::position::Position;
+use crate::query::Query;
+use crate::read::directory::{Locator, MAX_SEGMENT_BYTES};
+use crate::read::{Published, ReadOptions, ReadResult};
+use crate::subscribe::Subscription;
+use crate::writer::reply::PendingAppend;
+use crate::writer::{AppendRequest, Command, Writer};
+
+/// Whether an append returns only once its batch is on disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// One fsync per group commit before any of its appends returns. The default.
+    #[default]
+    Fsync,
+    /// Written to the OS, not forced: for tests and throwaway data.
+    Buffered,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fsync" => Ok(Durability::Fsync),
+            "buffered" => Ok(Durability::Buffered),
+            other => Err(Error::invalid(format!(
+                "durability is {other:?}; it must be \"fsync\" or \"buffered\""
+            ))),
+        }
+    }
+}
+
+pub const DEFAULT_SEGMENT_SIZE: u64 = 256 << 20;
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 << 20;
+/// Smallest segment accepted: room for a header and a few small batches.
+pub const MIN_SEGMENT_SIZE: u64 = 4096;
+/// Appends queued beyond this make callers wait (backpressure).
+const QUEUE_DEPTH: usize = 16 * 1024;
+const LOCK_FILE: &str = "LOCK";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub durability: Durability,
+    /// Size of each segment file, preallocated. Applies to segments created from now on.
+    pub segment_size: u64,
+    pub max_event_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Fsync,
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+        }
+    }
+}
+
+impl Options {
+    fn validate(&self) -> Result<()> {
+        if self.segment_size < MIN_SEGMENT_SIZE || self.segment_size > MAX_SEGMENT_BYTES {
+            return Err(Error::invalid(format!(
+                "segment_size is {}; it must be between {MIN_SEGMENT_SIZE} and {MAX_SEGMENT_BYTES}",
+                self.segment_size
+            )));
+        }
+        if self.max_event_bytes as u64 > u32::MAX as u64 {
+            return Err(Error::invalid(format!(
+                "max_event_bytes is {}; the limit is {}",
+                self.max_event_bytes,
+                u32::MAX
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Guards an append (`API.md`, "Append"): the boundary clause fails with `Conflict` when an event
+/// matching `fail_if_events_match` lies after `after`; the existence clause fails with
+/// `AlreadyExists` when an event matching `fail_if_exists` lies anywhere. The boundary clause is
+/// checked first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendCondition {
+    pub fail_if_events_match: Query,
+    pub after: Option<Position>,
+    pub fail_if_exists: Option<Query>,
+}
+
+impl AppendCondition {
+    pub fn new(fail_if_events_match: Query) -> Self {
+        AppendCondition { fail_if_events_match, after: None, fail_if_exists: None }
+    }
+
+    pub fn after(mut self, after: Position) -> Self {
+        self.after = Some(after);
+        self
+    }
+
+    pub fn fail_if_exists(mut self, query: Query) -> Self {
+        self.fail_if_exists = Some(query);
+        self
+    }
+}
+
+/// Positions given to an append's events; `last` is the head right after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AppendResult {
+    pub first: Position,
+    pub last: Position,
+}
+
+/// What opening found at the end of the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub head: Position,
+    /// A torn or unfinished write that was cut back (never an acknowledged batch).
+    pub torn_tail: Option<TornTail>,
+    /// A segment file whose creation was interrupted before any record went into it, and
+    /// which was therefore made again.
+    pub recreated_segment: Option<PathBuf>,
+}
+
+/// An open store: one directory, one global order of events.
+///
+/// ```
+/// use lapilli_core::{AppendCondition, Event, Options, Query, ReadOptions, Store};
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = Store::open(dir.path(), Options::default())?;
+/// let query = Query::for_tags(["course:c1"]);
+/// let read = store.read(&query, ReadOptions::default())?;
+/// let decided_at = read.head();
+/// let appended = store.append(
+///     vec![Event::new("CourseDefined", ["course:c1"], b"{\"capacity\":10}".to_vec())],
+///     Some(AppendCondition::new(query.clone()).after(decided_at)),
+/// )?;
+/// assert_eq!(appended.first.get(), 1);
+/// let events = store.read(&query, ReadOptions::default())?.collect_all()?;
+/// assert_eq!(events[0].event_type, "CourseDefined");
+/// store.close()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Store {
+    path: PathBuf,
+    options: Options,
+    published: Arc<Published>,
+    queue: SyncSender<Command>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    lock: Mutex<Option<File>>,
+    recovery: RecoveryReport,
+}
+
+impl Store {
+    /// Opens (creating if missing) the store in `path`, recovering its log, and takes the
+    /// exclusive lock: a second open anywhere fails with `StoreLocked`.
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
+        options.validate()?;
+        let path = path.as_ref().to_path_buf();
+        fs::create_dir_all(&path)
+            .map_err(|e| Error::io(format_args!("cannot create {}", path.display()), &e))?;
+        let lock = take_lock(&path)?;
+        let published = Arc::new(Published::new());
+        let (active, recovery, last_recorded_at) = recover(&path, &options, &published)?;
+        let head = recovery.head.get();
+        published.publish_head(head);
+        let writer = Writer {
+            published: published.clone(),
+            dir: path.clone(),
+            active_number: published.segments.load().len() - 1,
+            active,
+            segment_size: options.segment_size,
+            durability: options.durability,
+            head,
+            last_recorded_at,
+            poisoned: None,
+        };
+        let (queue, incoming) = sync_channel(QUEUE_DEPTH);
+        let thread = std::thread::Builder::new()
+            .name("lapilli-writer".into())
+            .spawn(move || writer.run(incoming))
+            .map_err(|e| Error::io("cannot start the writer thread", &e))?;
+        Ok(Store {
+            path,
+            options,
+            published,
+            queue,
+            writer: Mutex::new(Some(thread)),
+            lock: Mutex::new(Some(lock)),
+            recovery,
+        })
+    }
+
+    /// A read-only handle that follows a store another process may be writing. Not available in
+    /// this version: it fails rather than give a stale answer.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
+        Err(Error::new(
+            ErrorKind::ReadOnly,
+            format!(
+                "read-only handles (followers) are not available in this version; cannot open {} read-only",
+                path.as_ref().display()
+            ),
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// What recovery found when this handle opened the store.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        if self.published.closed.load(Ordering::Acquire) {
+            return Err(Error::closed());
+        }
+        Ok(())
+    }
+
+    /// The last committed position (0 for an empty store).
+    pub fn head(&self) -> Result<Position> {
+        self.ensure_open()?;
+        Ok(Position(self.published.head()))
+    }
+
+    /// Appends `events` atomically at consecutive positions if `condition` holds; blocks until
+    /// the batch is committed (durably, with `fsync` durability).
+    pub fn append(&self, events: Vec<Event>, condition: Option<AppendCondition>) -> Result<AppendResult> {
+        self.submit(events, condition).wait()
+    }
+
+    /// Hands an append to the writer and returns at once (unless the queue is full): wait on
+    /// the result or `.await` it. Bad input is answered without reaching the writer.
+    pub fn submit(&self, events: Vec<Event>, condition: Option<AppendCondition>) -> PendingAppend {
+        let parts = match self.prepare(events, condition) {
+            Ok(parts) => parts,
+            Err(err) => return PendingAppend::ready(Err(err)),
+        };
+        let (pending, reply) = PendingAppend::new();
+        let request = AppendRequest {
+            encoded: parts.encoded,
+            frame_starts: parts.frame_starts,
+            condition: parts.condition,
+            reply,
+        };
+        // A send after the writer stopped drops the request, whose reply answers `Closed`.
+        let _ = self.queue.send(Command::Append(request));
+        pending
+    }
+
+    /// Validates and encodes on the caller's thread, off the writer's path.
+    fn prepare(
+        &self,
+        events: Vec<Event>,
+        condition: Option<AppendCondition>,
+    ) -> Result<AppendRequestParts> {
+        let fail = Err;
+        self.ensure_open()?;
+        if events.is_empty() {
+            return fail(Error::invalid("events is empty; an append needs at least one event"));
+        }
+        if let Some(condition) = &condition {
+            if let Err(e) = condition.fail_if_events_match.validate("fail_if_events_match") {
+                return fail(e);
+            }
+            if let Some(Err(e)) = condition.fail_if_exists.as_ref().map(|q| q.validate("fail_if_exists")) {
+                return fail(e);
+            }
+            let head = self.published.head();
+            if let Some(after) = condition.after {
+                if after.get() > head {
+                    return fail(Error::invalid(format!(
+                        "condition after is {after}; the head is {head}, so nobody can have seen it"
+                    )));
+                }
+            }
+        }
+        let mut orders = Vec::with_capacity(events.len());
+        let mut total = MARKER_RECORD_LEN;
+        for (i, event) in events.iter().enumerate() {
+            match validate_event(i, event, self.options.max_event_bytes) {
+                Ok(order) => orders.push(order),
+                Err(e) => return fail(e),
+            }
+            total += FRAME_LEN + encoded_len(event);
+        }
+        let capacity = self.options.segment_size as usize - HEADER_LEN;
+        if total > capacity {
+            return fail(Error::invalid(format!(
+                "the append encodes to {total} bytes; one segment holds {capacity} (segment_size {})",
+                self.options.segment_size
+            )));
+        }
+        let mut encoded = Vec::with_capacity(total - MARKER_RECORD_LEN);
+        let mut frame_starts = Vec::with_capacity(events.len());
+        for (event, order) in events.iter().zip(&orders) {
+            frame_starts.push(encoded.len());
+            encoded.extend_from_slice(&[0u8; FRAME_LEN]);
+            encode_payload(event, order, &mut encoded);
+        }
+        Ok(AppendRequestParts { encoded, frame_starts, condition })
+    }
+
+    /// Reads the events matching `query` in the window of `options` (`API.md`, "Read").
+    pub fn read(&self, query: &Query, options: ReadOptions) -> Result<ReadResult> {
+        self.ensure_open()?;
+        ReadResult::new(self.published.snapshot(), query.clone(), options)
+    }
+
+    /// Every event matching `query` after `after`: history first, then live commits.
+    pub fn subscribe(&self, query: &Query, after: Position) -> Result<Subscription> {
+        self.ensure_open()?;
+        Subscription::new(self.published.clone(), query.clone(), after)
+    }
+
+    /// Answers every queued append, stops the writer, fsyncs, ends every subscription and
+    /// releases the lock. Idempotent; also done on drop.
+    pub fn close(&self) -> Result<()> {
+        let Some(thread) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        self.published.closed.store(true, Ordering::Release);
+        self.published.notifier.notify();
+        let _ = self.queue.send(Command::Shutdown);
+        let _ = thread.join();
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// An encoded request before it gets its reply slot.
+struct AppendRequestParts {
+    encoded: Vec<u8>,
+    frame_starts: Vec<usize>,
+    condition: Option<AppendCondition>,
+}
+
+/// Takes the store's exclusive lock (an `flock` on `LOCK`, which the kernel drops if the
+/// process dies) and writes our pid into it for the next opener's message.
+fn take_lock(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
+    // SAFETY: plain syscall on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() { "another handle".to_string() } else { format!("process {holder}") };
+            return Err(Error::new(
+                ErrorKind::StoreLocked,
+                format!("store {} is locked by {who}", dir.display()),
+            ));
+        }
+        return Err(Error::io(format_args!("cannot lock {}", path.display()), &e));
+    }
+    let pid = std::process::id().to_string();
+    file.set_len(0)
+        .and_then(|_| file.write_all_at(pid.as_bytes(), 0))
+        .and_then(|_| file.flush())
+        .map_err(|e| Error::io(format_args!("cannot write {}", path.display()), &e))?;
+    Ok(file)
+}
+
+fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut found = Vec::new();
+    let entries =
+        fs::read_dir(dir).map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+        if let Some(base) = entry.file_name().to_str().and_then(parse_segment_file_name) {
+            found.push((base, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Recovers the log in `dir` into `published`; returns the writer's active segment.
+fn recover(
+    dir: &Path,
+    options: &Options,
+    published: &Published,
+) -> Result<(ActiveSegment, RecoveryReport, u64)> {
+    let mut segments = list_segments(dir)?;
+    let mut report = RecoveryReport::default();
+    if segments.is_empty() {
+        create_segment(dir, 1, options.segment_size)?;
+        segments = list_segments(dir)?;
+    }
+    let mut next_position = 1u64;
+    let mut last_recorded_at = 0;
+    let count = segments.len();
+    for (number, (base, path)) in segments.into_iter().enumerate() {
+        let is_last = number + 1 == count;
+        if base != next_position {
+            return Err(Error::corruption(format!(
+                "segment {} starts at position {base}; the log before it ends at {}",
+                path.display(),
+                next_position - 1
+            )));
+        }
+        let open = |path: &Path| {
+            OpenOptions::new()
+                .read(true)
+                .write(is_last)
+                .open(path)
+                .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))
+        };
+        let mut file = open(&path)?;
+        let mut mapped = MappedSegment::map(&path, &file)?;
+        let header_crc = match check_header(mapped.bytes(), base, &path) {
+            Ok(crc) => crc,
+            Err(err) if is_last && mapped.bytes().get(HEADER_LEN..).is_some_and(|rest| rest.iter().all(|&b| b == 0)) => {
+                // Creation was interrupted before the header was durable, so no record can
+                // have been written into it: make it again.
+                let _ = err;
+                drop(mapped);
+                drop(file);
+                fs::remove_file(&path)
+                    .map_err(|e| Error::io(format_args!("cannot remove {}", path.display()), &e))?;
+                sync_dir(dir)?;
+                create_segment(dir, base, options.segment_size)?;
+                report.recreated_segment = Some(path.clone());
+                file = open(&path)?;
+                mapped = MappedSegment::map(&path, &file)?;
+                check_header(mapped.bytes(), base, &path)?
+            }
+            Err(err) => return Err(err),
+        };
+        let scan = scan_records(
+            mapped.bytes(),
+            ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base },
+        );
+        if let Tail::Torn(torn) = &scan.tail {
+            if !is_last {
+                return Err(Error::corruption(format!(
+                    "sealed segment {} is damaged at byte {}: {}",
+                    path.display(),
+                    torn.offset,
+                    torn.reason
+                )));
+            }
+            // Zero the torn run so the tail reads clean. The chained CRC already keeps any byte
+            // we miss from being adopted by a later batch.
+            file.write_all_at(&vec![0u8; torn.bytes], torn.offset as u64)
+                .and_then(|_| file.sync_data())
+                .map_err(|e| Error::io(format_args!("cannot cut back {}", path.display()), &e))?;
+            report.torn_tail = Some(torn.clone());
+        }
+        let mapped = Arc::new(mapped);
+        let segment_number = published.add_segment(mapped.clone());
+        for (i, &offset) in scan.event_offsets.iter().enumerate() {
+            published.record(base + i as u64, Locator { segment: segment_number, offset });
+        }
+        if !scan.event_offsets.is_empty() {
+            last_recorded_at = scan.last_recorded_at;
+        }
+        next_position = scan.end.next_position;
+        if is_last {
+            let capacity = mapped.bytes().len() as u64;
+            report.segments = count;
+            report.head = Position(next_position - 1);
+            let active = ActiveSegment {
+                file,
+                path,
+                end: scan.end.offset as u64,
+                chain: scan.end.chain,
+                capacity,
+            };
+            return Ok((active, report, last_recorded_at));
+        }
+    }
+    unreachable!("the loop returns at the last segment")
+}
