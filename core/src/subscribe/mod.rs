@@ -71,7 +71,7 @@ pub enum Next {
     Ended,
 }
 
-/// How many positions one pass examines before it looks at the clock again.
+/// How many positions one pass examines before it reloads the snapshot and checks for close.
 const SCAN_SLICE: u64 = 4096;
 
 /// A live, ordered feed of the events matching a query. `close()` may be called from any
@@ -137,11 +137,11 @@ impl Subscription {
                 self.delivered.store(last.position.get(), Ordering::Release);
                 return Ok(Some(batch));
             }
+            if scanned < snapshot.head {
+                continue; // more history to examine before anything counts as "nothing new"
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(Some(batch));
-            }
-            if scanned < snapshot.head {
-                continue; // more history to examine: no need to wait
             }
             self.published.notifier.wait(
                 || self.ended() || self.published.head() > scanned,
