@@ -60,7 +60,8 @@ pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
 
     let torn_reason: String = loop {
         if offset + FRAME_LEN > bytes.len() {
-            if offset == bytes.len() && pending.is_empty() {
+            // Less than a frame of zeros left after a whole batch: unwritten, not torn.
+            if pending.is_empty() && bytes[offset..].iter().all(|&b| b == 0) {
                 break String::new();
             }
             break "a frame runs past the end of the segment".into();
@@ -135,22 +136,28 @@ pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
 }
 
 /// How far a torn run reaches: frames are followed by their lengths, ignoring checksums, while
-/// the lengths stay inside the buffer; a frame that is all zeros ends the run.
+/// the lengths stay inside the buffer; a frame that is all zeros ends the run. A frame that
+/// cannot be followed (a zero or implausible length, or one cut off by the end of the buffer)
+/// claims everything after it. Trailing zero bytes are never counted: they are the untouched
+/// preallocated region (or need no cutting), so the run ends at its last non-zero byte and
+/// zeroing it leaves nothing of the tear behind.
 fn torn_extent(bytes: &[u8], from: usize) -> usize {
     let mut offset = from;
-    while offset + FRAME_LEN <= bytes.len() {
+    loop {
+        if offset + FRAME_LEN > bytes.len() {
+            offset = bytes.len();
+            break;
+        }
         let frame = &bytes[offset..offset + FRAME_LEN];
-        let len = u32::from_le_bytes(frame[0..4].try_into().unwrap()) as usize;
         if frame.iter().all(|&b| b == 0) {
             break;
         }
+        let len = u32::from_le_bytes(frame[0..4].try_into().unwrap()) as usize;
         if len == 0 || len > bytes.len() - offset - FRAME_LEN {
-            // Not a frame we can follow: count what is left of this frame's bytes up to the
-            // next zero run as part of the tear.
-            offset += FRAME_LEN;
+            offset = bytes.len();
             break;
         }
         offset += FRAME_LEN + len;
     }
-    offset.min(bytes.len()) - from
+    bytes[from..offset].iter().rposition(|&b| b != 0).map_or(0, |last| last + 1)
 }
