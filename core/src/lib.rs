@@ -11,6 +11,7 @@
 //! [`Store`], the front door.
 
 mod error;
+mod index;
 mod event;
 pub mod log;
 mod position;
@@ -21,13 +22,14 @@ mod subscribe;
 mod writer;
 
 pub use error::{Error, ErrorKind, Result};
+pub use index::Planner;
 pub use event::{Event, EventView, MAX_TAG_BYTES, MAX_TAGS, MAX_TYPE_BYTES, SequencedEvent};
 pub use position::Position;
 pub use query::{Query, QueryItem};
 pub use read::{ReadOptions, ReadResult};
 pub use store::{
     AppendCondition, AppendResult, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_SIZE, Durability,
-    MIN_SEGMENT_SIZE, Options, RecoveryReport, Store,
+    MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE, Options, RecoveryReport, Store,
 };
 pub use subscribe::{Next, Subscription};
 pub use writer::reply::PendingAppend;

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 use std::thread::JoinHandle;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -17,8 +19,11 @@ use crate::log::recovery::{ScanPoint, Tail, TornTail, scan_records};
 use crate::log::segment::{ActiveSegment, MappedSegment, check_header, create_segment, sync_dir};
 use crate::position::Position;
 use crate::query::Query;
-use crate::read::directory::{Locator, MAX_SEGMENT_BYTES};
-use crate::read::{Published, ReadOptions, ReadResult};
+use crate::event::EventView;
+use crate::index::file::{self as index_file, IndexFile, index_path};
+use crate::index::tail::TailIndex;
+use crate::index::{Planner, SegmentIndex, seal};
+use crate::read::{Published, ReadOptions, ReadResult, SegmentEntry};
 use crate::subscribe::Subscription;
 use crate::writer::reply::PendingAppend;
 use crate::writer::{AppendRequest, Command, Writer};
@@ -51,6 +56,9 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 256 << 20;
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 << 20;
 /// Smallest segment accepted: room for a header and a few small batches.
 pub const MIN_SEGMENT_SIZE: u64 = 4096;
+/// Largest segment accepted: relative positions and tag occurrences inside one segment are
+/// 32-bit, and a 64 GiB segment holds fewer than 2^32 of the smallest events.
+pub const MAX_SEGMENT_SIZE: u64 = 64 << 30;
 /// Appends queued beyond this make callers wait (backpressure).
 const QUEUE_DEPTH: usize = 16 * 1024;
 const LOCK_FILE: &str = "LOCK";
@@ -75,9 +83,9 @@ impl Default for Options {
 
 impl Options {
     fn validate(&self) -> Result<()> {
-        if self.segment_size < MIN_SEGMENT_SIZE || self.segment_size > MAX_SEGMENT_BYTES {
+        if self.segment_size < MIN_SEGMENT_SIZE || self.segment_size > MAX_SEGMENT_SIZE {
             return Err(Error::invalid(format!(
-                "segment_size is {}; it must be between {MIN_SEGMENT_SIZE} and {MAX_SEGMENT_BYTES}",
+                "segment_size is {}; it must be between {MIN_SEGMENT_SIZE} and {MAX_SEGMENT_SIZE}",
                 self.segment_size
             )));
         }
@@ -136,6 +144,10 @@ pub struct RecoveryReport {
     /// A segment file whose creation was interrupted before any record went into it, and
     /// which was therefore made again.
     pub recreated_segment: Option<PathBuf>,
+    /// Index files that were missing, damaged or mismatched and were rebuilt from their log.
+    pub rebuilt_indexes: Vec<PathBuf>,
+    /// Log bytes read at open: the active segment, plus any segment whose index was rebuilt.
+    pub scanned_log_bytes: u64,
 }
 
 /// An open store: one directory, one global order of events.
@@ -163,7 +175,8 @@ pub struct Store {
     options: Options,
     published: Arc<Published>,
     queue: SyncSender<Command>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    /// The writer thread and the sealer thread it feeds.
+    writer: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
     lock: Mutex<Option<File>>,
     recovery: RecoveryReport,
 }
@@ -178,18 +191,27 @@ impl Store {
             .map_err(|e| Error::io(format_args!("cannot create {}", path.display()), &e))?;
         let lock = take_lock(&path)?;
         let published = Arc::new(Published::new());
-        let (active, recovery, last_recorded_at) = recover(&path, &options, &published)?;
+        let recovered = recover(&path, &options, &published)?;
+        let recovery = recovered.report;
         let head = recovery.head.get();
         published.publish_head(head);
+        let (to_sealer, sealer_queue) = std::sync::mpsc::channel();
+        let sealer_published = published.clone();
+        let sealer = std::thread::Builder::new()
+            .name("lapilli-sealer".into())
+            .spawn(move || seal::run(sealer_queue, sealer_published))
+            .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
         let writer = Writer {
             published: published.clone(),
             dir: path.clone(),
-            active_number: published.segments.load().len() - 1,
-            active,
+            active: recovered.active,
+            active_entry: recovered.entry,
+            active_index: recovered.tail,
+            sealer: to_sealer,
             segment_size: options.segment_size,
             durability: options.durability,
             head,
-            last_recorded_at,
+            last_recorded_at: recovered.last_recorded_at,
             poisoned: None,
         };
         let (queue, incoming) = sync_channel(QUEUE_DEPTH);
@@ -202,7 +224,7 @@ impl Store {
             options,
             published,
             queue,
-            writer: Mutex::new(Some(thread)),
+            writer: Mutex::new(Some((thread, sealer))),
             lock: Mutex::new(Some(lock)),
             recovery,
         })
@@ -226,6 +248,20 @@ impl Store {
 
     pub fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// Forces the planner's choice, for differential tests.
+    #[doc(hidden)]
+    pub fn set_planner(&self, planner: Planner) {
+        self.published.set_planner(planner);
+    }
+
+    /// Blocks until every sealed segment's index file is built and published, for tests.
+    #[doc(hidden)]
+    pub fn wait_for_sealing(&self) {
+        while self.published.sealing.load(Ordering::Acquire) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// What recovery found when this handle opened the store.
@@ -339,13 +375,15 @@ impl Store {
     /// Answers every queued append, stops the writer, fsyncs, ends every subscription and
     /// releases the lock. Idempotent; also done on drop.
     pub fn close(&self) -> Result<()> {
-        let Some(thread) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some((thread, sealer)) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return Ok(());
         };
         self.published.closed.store(true, Ordering::Release);
         self.published.notifier.notify();
         let _ = self.queue.send(Command::Shutdown);
         let _ = thread.join();
+        // The writer dropped the sealer's queue: the sealer finishes what it has and stops.
+        let _ = sealer.join();
         self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
         Ok(())
     }
@@ -413,22 +451,24 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 }
 
 /// Recovers the log in `dir` into `published`; returns the writer's active segment.
-fn recover(
-    dir: &Path,
-    options: &Options,
-    published: &Published,
-) -> Result<(ActiveSegment, RecoveryReport, u64)> {
+///
+/// Sealed segments are not read: their index files (verified by checksum, and matched against
+/// the next segment's base) give offsets, types and postings. Only the active segment is
+/// scanned. A sealed segment whose index file is missing, damaged or mismatched is scanned and
+/// its index file rebuilt; if the scan finds damage, the store refuses to open.
+fn recover(dir: &Path, options: &Options, published: &Published) -> Result<Recovered> {
     let mut segments = list_segments(dir)?;
     let mut report = RecoveryReport::default();
     if segments.is_empty() {
         create_segment(dir, 1, options.segment_size)?;
         segments = list_segments(dir)?;
     }
-    let mut next_position = 1u64;
-    let mut last_recorded_at = 0;
     let count = segments.len();
-    for (number, (base, path)) in segments.into_iter().enumerate() {
-        let is_last = number + 1 == count;
+    let mut next_position = 1u64;
+    let mut rebuilt: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    for number in 0..count - 1 {
+        let (base, path) = &segments[number];
+        let (base, next_base) = (*base, segments[number + 1].0);
         if base != next_position {
             return Err(Error::corruption(format!(
                 "segment {} starts at position {base}; the log before it ends at {}",
@@ -436,76 +476,118 @@ fn recover(
                 next_position - 1
             )));
         }
-        let open = |path: &Path| {
-            OpenOptions::new()
-                .read(true)
-                .write(is_last)
-                .open(path)
-                .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))
-        };
-        let mut file = open(&path)?;
-        let mut mapped = MappedSegment::map(&path, &file)?;
-        let header_crc = match check_header(mapped.bytes(), base, &path) {
-            Ok(crc) => crc,
-            Err(err) if is_last && mapped.bytes().get(HEADER_LEN..).is_some_and(|rest| rest.iter().all(|&b| b == 0)) => {
-                // Creation was interrupted before the header was durable, so no record can
-                // have been written into it: make it again.
-                let _ = err;
-                drop(mapped);
-                drop(file);
-                fs::remove_file(&path)
-                    .map_err(|e| Error::io(format_args!("cannot remove {}", path.display()), &e))?;
-                sync_dir(dir)?;
-                create_segment(dir, base, options.segment_size)?;
-                report.recreated_segment = Some(path.clone());
-                file = open(&path)?;
-                mapped = MappedSegment::map(&path, &file)?;
-                check_header(mapped.bytes(), base, &path)?
+        let file = OpenOptions::new()
+            .read(true)
+            .open(path)
+            .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
+        let log = MappedSegment::map(path, &file)?;
+        let index = match IndexFile::open(&index_path(path), base) {
+            // Matched without reading the log: the next segment's base, and the log's length.
+            Ok(index) if base + index.count == next_base && index.log_end <= log.bytes().len() as u64 => index,
+            _ => {
+                let (bytes, end) = seal::encode(log.bytes(), base, path)?;
+                report.scanned_log_bytes += log.bytes().len() as u64;
+                if end != next_base {
+                    return Err(Error::corruption(format!(
+                        "sealed segment {} ends at position {}; the next segment starts at {next_base}",
+                        path.display(),
+                        end - 1
+                    )));
+                }
+                let index = IndexFile::from_bytes(&bytes, base)?;
+                // Written only once the whole log has recovered: a refused open changes nothing.
+                rebuilt.push((index_path(path), bytes));
+                index
             }
-            Err(err) => return Err(err),
         };
-        let scan = scan_records(
-            mapped.bytes(),
-            ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base },
-        );
-        if let Tail::Torn(torn) = &scan.tail {
-            if !is_last {
-                return Err(Error::corruption(format!(
-                    "sealed segment {} is damaged at byte {}: {}",
-                    path.display(),
-                    torn.offset,
-                    torn.reason
-                )));
-            }
-            // Zero the torn run so the tail reads clean. The chained CRC already keeps any byte
-            // we miss from being adopted by a later batch.
-            file.write_all_at(&vec![0u8; torn.bytes], torn.offset as u64)
-                .and_then(|_| file.sync_data())
-                .map_err(|e| Error::io(format_args!("cannot cut back {}", path.display()), &e))?;
-            report.torn_tail = Some(torn.clone());
-        }
-        let mapped = Arc::new(mapped);
-        let segment_number = published.add_segment(mapped.clone());
-        for (i, &offset) in scan.event_offsets.iter().enumerate() {
-            published.record(base + i as u64, Locator { segment: segment_number, offset });
-        }
-        if !scan.event_offsets.is_empty() {
-            last_recorded_at = scan.last_recorded_at;
-        }
-        next_position = scan.end.next_position;
-        if is_last {
-            let capacity = mapped.bytes().len() as u64;
-            report.segments = count;
-            report.head = Position(next_position - 1);
-            let active = ActiveSegment {
-                file,
-                path,
-                end: scan.end.offset as u64,
-                chain: scan.end.chain,
-                capacity,
-            };
-            return Ok((active, report, last_recorded_at));
-        }
+        next_position = next_base;
+        published.add_segment(Arc::new(SegmentEntry {
+            base,
+            path: path.clone(),
+            log,
+            index: ArcSwap::from_pointee(SegmentIndex::Sealed(Arc::new(index))),
+        }));
     }
-    unreachable!("the loop returns at the last segment")
+
+    let (base, path) = segments.pop().expect("at least one segment");
+    if base != next_position {
+        return Err(Error::corruption(format!(
+            "segment {} starts at position {base}; the log before it ends at {}",
+            path.display(),
+            next_position - 1
+        )));
+    }
+    let open = |path: &Path| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))
+    };
+    let mut file = open(&path)?;
+    let mut log = MappedSegment::map(&path, &file)?;
+    let header_crc = match check_header(log.bytes(), base, &path) {
+        Ok(crc) => crc,
+        Err(_) if log.bytes().get(HEADER_LEN..).is_some_and(|rest| rest.iter().all(|&b| b == 0)) => {
+            // Creation was interrupted before the header was durable, so no record can have
+            // been written into it: make it again.
+            drop(log);
+            drop(file);
+            fs::remove_file(&path).map_err(|e| Error::io(format_args!("cannot remove {}", path.display()), &e))?;
+            sync_dir(dir)?;
+            create_segment(dir, base, options.segment_size)?;
+            report.recreated_segment = Some(path.clone());
+            file = open(&path)?;
+            log = MappedSegment::map(&path, &file)?;
+            check_header(log.bytes(), base, &path)?
+        }
+        Err(err) => return Err(err),
+    };
+    let scan = scan_records(log.bytes(), ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
+    report.scanned_log_bytes += log.bytes().len() as u64;
+    if let Tail::Torn(torn) = &scan.tail {
+        // Zero the torn run so the tail reads clean. The chained CRC already keeps any byte we
+        // miss from being adopted by a later batch.
+        file.write_all_at(&vec![0u8; torn.bytes], torn.offset as u64)
+            .and_then(|_| file.sync_data())
+            .map_err(|e| Error::io(format_args!("cannot cut back {}", path.display()), &e))?;
+        report.torn_tail = Some(torn.clone());
+    }
+    for (path, bytes) in rebuilt {
+        index_file::write(&path, &bytes)?;
+        report.rebuilt_indexes.push(path);
+    }
+    let tail = Arc::new(TailIndex::new());
+    for (i, &offset) in scan.event_offsets.iter().enumerate() {
+        let len = u32::from_le_bytes(log.bytes()[offset..offset + 4].try_into().unwrap()) as usize;
+        let payload = &log.bytes()[offset + FRAME_LEN..offset + FRAME_LEN + len];
+        let view = EventView::decode(Position(base + i as u64), payload)?;
+        tail.add(i as u32, offset as u64, &view);
+    }
+    let capacity = log.bytes().len() as u64;
+    let entry = Arc::new(SegmentEntry {
+        base,
+        path: path.clone(),
+        log,
+        index: ArcSwap::from_pointee(SegmentIndex::Tail(tail.clone())),
+    });
+    published.add_segment(entry.clone());
+    report.segments = count;
+    report.head = Position(scan.end.next_position - 1);
+    Ok(Recovered {
+        active: ActiveSegment { file, path, end: scan.end.offset as u64, chain: scan.end.chain, capacity },
+        entry,
+        tail,
+        report,
+        last_recorded_at: scan.last_recorded_at,
+    })
+}
+
+/// What recovery hands to the writer.
+struct Recovered {
+    active: ActiveSegment,
+    entry: Arc<SegmentEntry>,
+    tail: Arc<TailIndex>,
+    report: RecoveryReport,
+    last_recorded_at: u64,
 }

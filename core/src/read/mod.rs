@@ -1,40 +1,50 @@
 //! Reads: snapshots of the published prefix of the log, and bounded, lazy reads over them.
 
-pub(crate) mod directory;
-
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
 use crate::error::{Error, Result};
 use crate::event::{EventView, SequencedEvent};
-use crate::log::format::FRAME_LEN;
+use crate::index::plan::{SegmentAccess, SegmentWalk};
+use crate::index::{Planner, SegmentIndex};
 use crate::log::segment::MappedSegment;
 use crate::position::Position;
 use crate::query::Query;
 use crate::subscribe::Notifier;
-use directory::{Directory, DirectorySnapshot, Locator};
 
-/// What the writer publishes and readers load: mapped segments, the position directory and the
-/// head. The writer updates segments and directory first and the head last (`Release`); readers
-/// load the head first (`Acquire`), so everything at or below it is in place.
+/// One segment as readers see it: its mapped log bytes and its index, which starts as the
+/// in-memory tail index and is swapped for the mapped index file once that is built.
+pub(crate) struct SegmentEntry {
+    pub base: u64,
+    pub path: std::path::PathBuf,
+    pub log: MappedSegment,
+    pub index: ArcSwap<SegmentIndex>,
+}
+
+/// What the writer publishes and readers load: the segments (with their indexes) and the head.
+/// The writer indexes events and adds segments first and stores the head last (`Release`);
+/// readers load the head first (`Acquire`), so everything at or below it is in place.
 pub(crate) struct Published {
-    pub segments: ArcSwap<Vec<Arc<MappedSegment>>>,
-    pub directory: Directory,
+    pub segments: ArcSwap<Vec<Arc<SegmentEntry>>>,
     head: AtomicU64,
     pub notifier: Notifier,
     pub closed: AtomicBool,
+    planner: AtomicU8,
+    /// Sealed segments whose index file is not published yet.
+    pub sealing: AtomicU64,
 }
 
 impl Published {
     pub fn new() -> Self {
         Published {
             segments: ArcSwap::from_pointee(Vec::new()),
-            directory: Directory::new(),
             head: AtomicU64::new(0),
             notifier: Notifier::default(),
             closed: AtomicBool::new(false),
+            planner: AtomicU8::new(0),
+            sealing: AtomicU64::new(0),
         }
     }
 
@@ -42,16 +52,10 @@ impl Published {
         self.head.load(Ordering::Acquire)
     }
 
-    pub fn add_segment(&self, segment: Arc<MappedSegment>) -> usize {
-        let mut list: Vec<Arc<MappedSegment>> = self.segments.load().iter().cloned().collect();
+    pub fn add_segment(&self, segment: Arc<SegmentEntry>) {
+        let mut list: Vec<Arc<SegmentEntry>> = self.segments.load().iter().cloned().collect();
         list.push(segment);
-        let number = list.len() - 1;
         self.segments.store(Arc::new(list));
-        number
-    }
-
-    pub fn record(&self, position: u64, locator: Locator) {
-        self.directory.set(position, locator);
     }
 
     /// Makes everything up to `head` visible and wakes subscribers (if there are any).
@@ -60,13 +64,18 @@ impl Published {
         self.notifier.notify();
     }
 
+    pub fn set_planner(&self, planner: Planner) {
+        self.planner.store(planner as u8, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         let head = self.head();
-        Snapshot {
-            head,
-            segments: self.segments.load_full(),
-            directory: self.directory.snapshot(),
-        }
+        let planner = match self.planner.load(Ordering::Relaxed) {
+            1 => Planner::ForceIndex,
+            2 => Planner::ForceScan,
+            _ => Planner::Auto,
+        };
+        Snapshot { head, segments: self.segments.load_full(), planner }
     }
 }
 
@@ -74,35 +83,98 @@ impl Published {
 #[derive(Clone)]
 pub(crate) struct Snapshot {
     pub head: u64,
-    segments: Arc<Vec<Arc<MappedSegment>>>,
-    directory: DirectorySnapshot,
+    segments: Arc<Vec<Arc<SegmentEntry>>>,
+    planner: Planner,
 }
 
 impl Snapshot {
-    /// The event at `position` (1..=head), borrowed from its mapped segment.
-    pub fn event(&self, position: u64) -> Result<EventView<'_>> {
-        debug_assert!(position >= 1 && position <= self.head);
-        let Locator { segment, offset } = self.directory.get(position);
-        let bytes = self.segments[segment].bytes();
-        let len = bytes
-            .get(offset..offset + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
-            .ok_or_else(|| Error::corruption(format!("event {position} lies past its segment")))?;
-        let payload = bytes
-            .get(offset + FRAME_LEN..offset + FRAME_LEN + len)
-            .ok_or_else(|| Error::corruption(format!("event {position} runs past its segment")))?;
-        EventView::decode(Position(position), payload)
+    /// Index in `segments` of the segment holding `position`.
+    fn segment_of(&self, position: u64) -> usize {
+        self.segments.partition_point(|s| s.base <= position) - 1
     }
 
-    /// The first event matching `query` in `(after, until]`, by scanning. This is the oracle the
-    /// condition checks use; the index answers the same question faster where it exists.
+    /// Last position of segment `i` visible in this snapshot.
+    fn segment_last(&self, i: usize) -> u64 {
+        self.segments.get(i + 1).map_or(self.head, |next| next.base - 1).min(self.head)
+    }
+
+    /// The first event matching `query` in `(after, until]`: what a condition check asks.
     pub fn first_match(&self, query: &Query, after: u64, until: u64) -> Result<Option<Position>> {
-        for position in after + 1..=until {
-            if query.matches(&self.event(position)?) {
-                return Ok(Some(Position(position)));
+        let mut walk = Walk::new(self.clone(), query.clone(), after + 1, until, false);
+        walk.next(|_| ())
+    }
+}
+
+/// Matching positions of a query over a window of a snapshot, segment by segment, in either
+/// direction, through the planner.
+pub(crate) struct Walk {
+    snapshot: Snapshot,
+    query: Query,
+    /// Window, inclusive; empty when `low > high`.
+    low: u64,
+    high: u64,
+    backwards: bool,
+    /// Segment being walked, with its index pinned and its walk.
+    current: Option<(usize, Arc<SegmentIndex>, SegmentWalk)>,
+    /// Next segment to open, in walk order; None when done.
+    next_segment: Option<usize>,
+}
+
+impl Walk {
+    pub fn new(snapshot: Snapshot, query: Query, low: u64, high: u64, backwards: bool) -> Walk {
+        let high = high.min(snapshot.head);
+        let next_segment = (low <= high && low >= 1)
+            .then(|| if backwards { snapshot.segment_of(high) } else { snapshot.segment_of(low) });
+        Walk { snapshot, query, low, high, backwards, current: None, next_segment }
+    }
+
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// The next matching position; `visit` sees the event when one is found.
+    pub fn next<T>(&mut self, visit: impl FnOnce(&EventView<'_>) -> T) -> Result<Option<Position>> {
+        Ok(self.next_visit(visit)?.map(|(position, _)| position))
+    }
+
+    pub fn next_visit<T>(&mut self, visit: impl FnOnce(&EventView<'_>) -> T) -> Result<Option<(Position, T)>> {
+        loop {
+            if self.current.is_none() {
+                let Some(i) = self.next_segment else { return Ok(None) };
+                let entry = &self.snapshot.segments[i];
+                let first = entry.base.max(self.low);
+                let last = self.snapshot.segment_last(i).min(self.high);
+                self.next_segment = if self.backwards {
+                    i.checked_sub(1).filter(|&j| self.snapshot.segment_last(j) >= self.low)
+                } else {
+                    Some(i + 1).filter(|&j| j < self.snapshot.segments.len() && self.snapshot.segments[j].base <= self.high)
+                };
+                if first > last {
+                    continue;
+                }
+                let index = entry.index.load_full();
+                let access = SegmentAccess { base: entry.base, log: entry.log.bytes(), index: &index };
+                let walk = SegmentWalk::new(
+                    &access,
+                    &self.query,
+                    (first - entry.base) as u32,
+                    (last - entry.base) as u32,
+                    self.backwards,
+                    self.snapshot.planner,
+                )?;
+                self.current = Some((i, index, walk));
+            }
+            let (i, index, walk) = self.current.as_mut().expect("set above");
+            let entry = &self.snapshot.segments[*i];
+            let access = SegmentAccess { base: entry.base, log: entry.log.bytes(), index: index };
+            match walk.next(&access)? {
+                Some(rel) => {
+                    let event = access.event(rel)?;
+                    return Ok(Some((event.position, visit(&event))));
+                }
+                None => self.current = None,
             }
         }
-        Ok(None)
     }
 }
 
@@ -121,15 +193,8 @@ pub struct ReadOptions {
 /// The answer to a read: a lazy, ordered walk over a snapshot. Iterate it, or take events in
 /// batches with [`ReadResult::next_batch`] (what the bindings do, to cross their FFI in bulk).
 pub struct ReadResult {
-    snapshot: Snapshot,
-    query: Query,
-    /// Next position to examine.
-    cursor: u64,
-    /// Lowest position (inclusive) of the window; the window is empty when `low > high`.
-    low: u64,
-    high: u64,
+    walk: Walk,
     remaining: u64,
-    backwards: bool,
 }
 
 impl ReadResult {
@@ -148,22 +213,15 @@ impl ReadResult {
             }
         }
         let high = options.until.map_or(head, |u| u.get().min(head));
-        let low = after + 1;
-        let cursor = if options.backwards { high } else { low };
         Ok(ReadResult {
-            snapshot,
-            query,
-            cursor,
-            low,
-            high,
+            walk: Walk::new(snapshot, query, after + 1, high, options.backwards),
             remaining: options.limit.unwrap_or(u64::MAX),
-            backwards: options.backwards,
         })
     }
 
     /// The store head pinned when the read began: the `after` for a decision built on it.
     pub fn head(&self) -> Position {
-        Position(self.snapshot.head)
+        Position(self.walk.snapshot().head)
     }
 
     /// Visits up to `max` further matching events, in order, without copying them; returns how
@@ -171,24 +229,19 @@ impl ReadResult {
     pub fn visit(&mut self, max: usize, mut visit: impl FnMut(&EventView<'_>)) -> Result<usize> {
         let mut seen = 0;
         while seen < max && self.remaining > 0 {
-            let position = self.cursor;
-            if self.backwards {
-                // `low` is at least 1, so `position - 1` cannot underflow.
-                if position < self.low {
+            match self.walk.next(&mut visit) {
+                Ok(Some(_)) => {
+                    seen += 1;
+                    self.remaining -= 1;
+                }
+                Ok(None) => {
+                    self.remaining = 0;
                     break;
                 }
-                self.cursor = position - 1;
-            } else {
-                if position > self.high {
-                    break;
+                Err(e) => {
+                    self.remaining = 0;
+                    return Err(e);
                 }
-                self.cursor = position + 1;
-            }
-            let view = self.snapshot.event(position)?;
-            if self.query.matches(&view) {
-                visit(&view);
-                seen += 1;
-                self.remaining -= 1;
             }
         }
         Ok(seen)
@@ -216,10 +269,7 @@ impl Iterator for ReadResult {
         let mut found = None;
         match self.visit(1, |view| found = Some(view.to_owned_event())) {
             Ok(_) => found.map(Ok),
-            Err(e) => {
-                self.remaining = 0;
-                Some(Err(e))
-            }
+            Err(e) => Some(Err(e)),
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::event::SequencedEvent;
 use crate::position::Position;
 use crate::query::Query;
-use crate::read::Published;
+use crate::read::{Published, Walk};
 
 /// Wakes waiting subscribers when the head moves. With no one waiting, a commit pays one
 /// atomic load here and takes no lock.
@@ -71,9 +71,6 @@ pub enum Next {
     Ended,
 }
 
-/// How many positions one pass examines before it reloads the snapshot and checks for close.
-const SCAN_SLICE: u64 = 4096;
-
 /// A live, ordered feed of the events matching a query. `close()` may be called from any
 /// thread and wakes a blocked `next`. Dropping it closes it.
 pub struct Subscription {
@@ -123,22 +120,24 @@ impl Subscription {
                 return Ok(None);
             }
             let snapshot = self.published.snapshot();
+            let head = snapshot.head;
             let mut scanned = self.scanned.load(Ordering::Relaxed);
-            let slice_end = snapshot.head.min(scanned.saturating_add(SCAN_SLICE));
-            while scanned < slice_end && batch.len() < max {
-                scanned += 1;
-                let view = snapshot.event(scanned)?;
-                if self.query.matches(&view) {
-                    batch.push(view.to_owned_event());
+            let mut walk = Walk::new(snapshot, self.query.clone(), scanned + 1, head, false);
+            while batch.len() < max {
+                match walk.next_visit(|view| view.to_owned_event())? {
+                    Some((_, event)) => batch.push(event),
+                    None => break,
                 }
             }
+            // A full batch stops at its last event; otherwise everything up to the head was seen.
+            scanned = match batch.last() {
+                Some(last) if batch.len() == max => last.position.get(),
+                _ => head.max(scanned),
+            };
             self.scanned.store(scanned, Ordering::Release);
             if let Some(last) = batch.last() {
                 self.delivered.store(last.position.get(), Ordering::Release);
                 return Ok(Some(batch));
-            }
-            if scanned < snapshot.head {
-                continue; // more history to examine before anything counts as "nothing new"
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(Some(batch));

@@ -12,11 +12,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventView, RECORDED_AT_OFFSET};
 use crate::log::format::{FRAME_LEN, MARKER_RECORD_LEN, marker_payload, seal_frame};
+use crate::index::SegmentIndex;
+use crate::index::tail::TailIndex;
 use crate::log::segment::{ActiveSegment, MappedSegment, create_segment};
 use crate::position::Position;
 use crate::query::Query;
-use crate::read::Published;
-use crate::read::directory::Locator;
+use crate::read::{Published, SegmentEntry};
 use crate::store::{AppendCondition, AppendResult, Durability};
 use reply::Reply;
 
@@ -63,8 +64,11 @@ pub(crate) struct Writer {
     pub published: Arc<Published>,
     pub dir: PathBuf,
     pub active: ActiveSegment,
-    /// Index of the active segment in the published segment list.
-    pub active_number: usize,
+    /// The active segment as readers see it, and its in-memory index.
+    pub active_entry: Arc<SegmentEntry>,
+    pub active_index: Arc<TailIndex>,
+    /// Where sealed segments go to have their index file built, off this thread.
+    pub sealer: std::sync::mpsc::Sender<Arc<SegmentEntry>>,
     pub segment_size: u64,
     pub durability: Durability,
     /// Last committed position.
@@ -233,12 +237,14 @@ impl Writer {
                 return;
             }
         }
-        let segment_offset = self.active.end as usize;
+        let segment_offset = self.active.end;
+        let segment_base = self.active_entry.base;
         for (i, &frame) in staged.event_frames.iter().enumerate() {
-            self.published.record(
-                self.head + 1 + i as u64,
-                Locator { segment: self.active_number, offset: segment_offset + frame },
-            );
+            let position = self.head + 1 + i as u64;
+            let len = u32::from_le_bytes(staged.bytes[frame..frame + 4].try_into().unwrap()) as usize;
+            let payload = &staged.bytes[frame + FRAME_LEN..frame + FRAME_LEN + len];
+            let view = EventView::decode(Position(position), payload).expect("staged events were encoded by us");
+            self.active_index.add((position - segment_base) as u32, segment_offset + frame as u64, &view);
         }
         self.active.end += staged.bytes.len() as u64;
         self.active.chain = staged.chain;
@@ -278,9 +284,21 @@ impl Writer {
         }
         let base = self.head + 1;
         let (file, path) = create_segment(&self.dir, base, self.segment_size)?;
-        let mapped = MappedSegment::map(&path, &file)?;
-        let chain = crate::log::format::decode_header(mapped.bytes())?.crc;
-        self.active_number = self.published.add_segment(Arc::new(mapped));
+        let log = MappedSegment::map(&path, &file)?;
+        let chain = crate::log::format::decode_header(log.bytes())?.crc;
+        let index = Arc::new(TailIndex::new());
+        let entry = Arc::new(SegmentEntry {
+            base,
+            path: path.clone(),
+            log,
+            index: arc_swap::ArcSwap::from_pointee(SegmentIndex::Tail(index.clone())),
+        });
+        self.published.add_segment(entry.clone());
+        let sealed = std::mem::replace(&mut self.active_entry, entry);
+        self.active_index = index;
+        // The sealer builds the index file; until it publishes it, readers use the tail index.
+        self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _ = self.sealer.send(sealed);
         self.active = ActiveSegment {
             file,
             path,

@@ -1,0 +1,415 @@
+//! The index file beside each sealed log segment (`NNNN.idx` beside `NNNN.log`): immutable,
+//! deterministic (the same log bytes always give the same file), checksummed, memory-mapped.
+//!
+//! | offset | size | header field |
+//! |---|---|---|
+//! | 0 | 8 | magic `LAPIDX\0\0` |
+//! | 8 | 4 | format version |
+//! | 12 | 4 | flags: bit 0 set = type ids are u32 (else u16) |
+//! | 16 | 8 | base position |
+//! | 24 | 8 | event count |
+//! | 32 | 8 | end of the committed log bytes in the segment |
+//! | 40 | 8 | offset of the event-offsets section (count × u64: byte offset of each event's frame) |
+//! | 48 | 8 | offset of the type column (count × u16 or u32: segment-local type id) |
+//! | 56 | 8 | offset of the type dictionary (u32 n, then n × (u8 length, UTF-8 bytes), id = index) |
+//! | 64 | 8 | offset of the tag dictionary (an `fst` map from tag bytes to a posting value) |
+//! | 72 | 8 | offset of the postings blob |
+//! | 80 | 8 | file length |
+//! | 88 | 4 | CRC-32 of bytes 96..file length |
+//! | 92 | 4 | CRC-32 of bytes 0..92 |
+//!
+//! A posting value's top two bits give its tier, the low 62 bits its payload:
+//! 0 = one event, payload its relative position (no blob bytes);
+//! 1 = short list (≤ 64 events), payload the blob offset of: varint count, varint first,
+//!     varint deltas;
+//! 2 = long sparse list, payload the blob offset of: u32 count, count × u32 ascending;
+//! 3 = dense list (at least one event in 32 carries the tag), payload the blob offset of: u32
+//!     count, ceil(events / 8) bitmap bytes, bit i (LSB first) = relative position i.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+use crate::error::{Error, Result};
+use crate::event::EventView;
+use crate::index::postings::{Postings, SortedList};
+use crate::log::format::FRAME_LEN;
+use crate::log::segment::sync_dir;
+use crate::position::Position;
+
+pub const INDEX_MAGIC: [u8; 8] = *b"LAPIDX\0\0";
+pub const INDEX_FORMAT_VERSION: u32 = 1;
+pub const INDEX_HEADER_LEN: usize = 96;
+const FLAG_WIDE_TYPES: u32 = 1;
+const SHORT_LIST_MAX: usize = 64;
+const DENSE_RATIO: usize = 32;
+const TIER_SINGLE: u64 = 0;
+const TIER_SHORT: u64 = 1;
+const TIER_LONG: u64 = 2;
+const TIER_DENSE: u64 = 3;
+const PAYLOAD_MASK: u64 = (1 << 62) - 1;
+
+pub fn index_path(log_path: &Path) -> PathBuf {
+    log_path.with_extension("idx")
+}
+
+/// What an index file is built from: the committed events of one sealed segment.
+pub struct SegmentContents<'a> {
+    pub base: u64,
+    pub log_end: u64,
+    pub events: Vec<(u64, EventView<'a>)>,
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *bytes.get(*at)?;
+        *at += 1;
+        value |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// Encodes the index file for `contents`. Deterministic: tags in byte order, types in order of
+/// first appearance.
+pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
+    let count = contents.events.len();
+    let mut type_ids: Vec<&str> = Vec::new();
+    let mut type_column: Vec<u32> = Vec::with_capacity(count);
+    let mut tags: BTreeMap<&[u8], Vec<u32>> = BTreeMap::new();
+    for (rel, (_, event)) in contents.events.iter().enumerate() {
+        let id = match type_ids.iter().position(|t| *t == event.event_type) {
+            Some(id) => id,
+            None => {
+                type_ids.push(event.event_type);
+                type_ids.len() - 1
+            }
+        };
+        type_column.push(id as u32);
+        for tag in event.tags() {
+            tags.entry(tag.as_bytes()).or_default().push(rel as u32);
+        }
+    }
+    let wide = type_ids.len() > u16::MAX as usize + 1;
+
+    let mut out = vec![0u8; INDEX_HEADER_LEN];
+    let offsets_at = out.len();
+    for (offset, _) in &contents.events {
+        out.extend_from_slice(&offset.to_le_bytes());
+    }
+    let types_at = out.len();
+    for &id in &type_column {
+        if wide {
+            out.extend_from_slice(&id.to_le_bytes());
+        } else {
+            out.extend_from_slice(&(id as u16).to_le_bytes());
+        }
+    }
+    let type_dict_at = out.len();
+    out.extend_from_slice(&(type_ids.len() as u32).to_le_bytes());
+    for name in &type_ids {
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+    }
+
+    let mut blob = Vec::new();
+    let mut builder = fst::MapBuilder::memory();
+    for (tag, rels) in &tags {
+        let value = if rels.len() == 1 {
+            (TIER_SINGLE << 62) | rels[0] as u64
+        } else if rels.len() <= SHORT_LIST_MAX {
+            let at = blob.len() as u64;
+            put_varint(&mut blob, rels.len() as u64);
+            let mut previous = 0;
+            for (i, &rel) in rels.iter().enumerate() {
+                put_varint(&mut blob, if i == 0 { rel } else { rel - previous } as u64);
+                previous = rel;
+            }
+            (TIER_SHORT << 62) | at
+        } else if rels.len() * DENSE_RATIO >= count {
+            let at = blob.len() as u64;
+            blob.extend_from_slice(&(rels.len() as u32).to_le_bytes());
+            let start = blob.len();
+            blob.resize(start + count.div_ceil(8), 0);
+            for &rel in rels {
+                blob[start + rel as usize / 8] |= 1 << (rel % 8);
+            }
+            (TIER_DENSE << 62) | at
+        } else {
+            let at = blob.len() as u64;
+            blob.extend_from_slice(&(rels.len() as u32).to_le_bytes());
+            for &rel in rels {
+                blob.extend_from_slice(&rel.to_le_bytes());
+            }
+            (TIER_LONG << 62) | at
+        };
+        builder.insert(tag, value).expect("tags are inserted in sorted order");
+    }
+    let fst_at = out.len();
+    out.extend_from_slice(&builder.into_inner().expect("in-memory fst build"));
+    let postings_at = out.len();
+    out.extend_from_slice(&blob);
+    let file_len = out.len();
+
+    let header = &mut out[..INDEX_HEADER_LEN];
+    header[0..8].copy_from_slice(&INDEX_MAGIC);
+    header[8..12].copy_from_slice(&INDEX_FORMAT_VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&(if wide { FLAG_WIDE_TYPES } else { 0 }).to_le_bytes());
+    header[16..24].copy_from_slice(&contents.base.to_le_bytes());
+    header[24..32].copy_from_slice(&(count as u64).to_le_bytes());
+    header[32..40].copy_from_slice(&contents.log_end.to_le_bytes());
+    for (i, at) in [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len].into_iter().enumerate() {
+        header[40 + 8 * i..48 + 8 * i].copy_from_slice(&(at as u64).to_le_bytes());
+    }
+    let body_crc = crc32fast::hash(&out[INDEX_HEADER_LEN..]);
+    out[88..92].copy_from_slice(&body_crc.to_le_bytes());
+    let header_crc = crc32fast::hash(&out[0..92]);
+    out[92..96].copy_from_slice(&header_crc.to_le_bytes());
+    out
+}
+
+/// Writes `bytes` as the index file at `path`: a temporary file, fsynced, renamed into place,
+/// then the directory fsynced, so a crash leaves the old state or the whole new file.
+pub fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("idx.tmp");
+    let result = (|| -> std::io::Result<()> {
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| Error::io(format_args!("cannot write index {}", path.display()), &e))?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// A byte range of a mapped file, so the `fst` map reads the mapping instead of a copy.
+#[derive(Clone)]
+pub struct MappedRange {
+    map: Arc<Mmap>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for MappedRange {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[self.start..self.end]
+    }
+}
+
+/// A verified, mapped index file.
+pub struct IndexFile {
+    map: Arc<Mmap>,
+    pub base: u64,
+    pub count: u64,
+    pub log_end: u64,
+    wide_types: bool,
+    offsets_at: usize,
+    types_at: usize,
+    type_names: Vec<String>,
+    fst: fst::Map<MappedRange>,
+    postings_at: usize,
+    postings_end: usize,
+}
+
+fn field(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+impl IndexFile {
+    /// Opens and verifies the index file at `path` for the segment based at `base`.
+    pub fn open(path: &Path, base: u64) -> Result<IndexFile> {
+        let file = File::open(path).map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
+        // SAFETY: index files are written whole under a temporary name and renamed into place;
+        // once in place they are never modified, and the lock file keeps other writers out.
+        let map = unsafe { Mmap::map(&file) }
+            .map_err(|e| Error::io(format_args!("cannot map {}", path.display()), &e))?;
+        Self::from_map(Arc::new(map), base)
+            .map_err(|e| Error::corruption(format!("index {}: {}", path.display(), e.message())))
+    }
+
+    /// An index file's bytes that are not on disk yet (rebuilt at open, written once open
+    /// succeeds), in an anonymous read-only mapping.
+    pub fn from_bytes(bytes: &[u8], base: u64) -> Result<IndexFile> {
+        let mut anon = memmap2::MmapMut::map_anon(bytes.len().max(1))
+            .map_err(|e| Error::io("cannot map memory for an index", &e))?;
+        anon[..bytes.len()].copy_from_slice(bytes);
+        let map = anon.make_read_only().map_err(|e| Error::io("cannot protect an index mapping", &e))?;
+        Self::from_map(Arc::new(map), base)
+    }
+
+    pub fn from_map(map: Arc<Mmap>, base: u64) -> Result<IndexFile> {
+        let bytes: &[u8] = &map;
+        if bytes.len() < INDEX_HEADER_LEN {
+            return Err(Error::corruption(format!("{} bytes is shorter than the header", bytes.len())));
+        }
+        let header_crc = u32::from_le_bytes(bytes[92..96].try_into().unwrap());
+        if crc32fast::hash(&bytes[0..92]) != header_crc {
+            return Err(Error::corruption("header checksum does not match"));
+        }
+        if bytes[0..8] != INDEX_MAGIC {
+            return Err(Error::corruption("wrong magic"));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+        if version != INDEX_FORMAT_VERSION {
+            return Err(Error::corruption(format!("format version {version}; this build reads {INDEX_FORMAT_VERSION}")));
+        }
+        let flags = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
+        let file_base = field(bytes, 16);
+        if file_base != base {
+            return Err(Error::corruption(format!("covers base {file_base}; its segment's base is {base}")));
+        }
+        let count = field(bytes, 24);
+        let log_end = field(bytes, 32);
+        let [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len] =
+            std::array::from_fn(|i| field(bytes, 40 + 8 * i) as usize);
+        if file_len != bytes.len() {
+            return Err(Error::corruption(format!("is {} bytes; its header says {file_len}", bytes.len())));
+        }
+        let body_crc = u32::from_le_bytes(bytes[88..92].try_into().unwrap());
+        if crc32fast::hash(&bytes[INDEX_HEADER_LEN..]) != body_crc {
+            return Err(Error::corruption("body checksum does not match"));
+        }
+        let wide_types = flags & FLAG_WIDE_TYPES != 0;
+        let type_width = if wide_types { 4 } else { 2 };
+        let count_usize = usize::try_from(count).map_err(|_| Error::corruption("event count overflows"))?;
+        let sections_in_order = offsets_at == INDEX_HEADER_LEN
+            && types_at == offsets_at + 8 * count_usize
+            && type_dict_at == types_at + type_width * count_usize
+            && type_dict_at <= fst_at
+            && fst_at <= postings_at
+            && postings_at <= file_len;
+        if !sections_in_order {
+            return Err(Error::corruption("sections are out of place"));
+        }
+        let mut at = type_dict_at;
+        let dict = &bytes[..fst_at];
+        let names = dict
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .ok_or_else(|| Error::corruption("type dictionary is truncated"))?;
+        at += 4;
+        let mut type_names = Vec::with_capacity(names.min(1 << 16) as usize);
+        for _ in 0..names {
+            let len = *dict.get(at).ok_or_else(|| Error::corruption("type dictionary is truncated"))? as usize;
+            let name = dict
+                .get(at + 1..at + 1 + len)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .ok_or_else(|| Error::corruption("type dictionary holds a bad name"))?;
+            type_names.push(name.to_owned());
+            at += 1 + len;
+        }
+        let fst = fst::Map::new(MappedRange { map: map.clone(), start: fst_at, end: postings_at })
+            .map_err(|e| Error::corruption(format!("tag dictionary: {e}")))?;
+        Ok(IndexFile {
+            base,
+            count,
+            log_end,
+            wide_types,
+            offsets_at,
+            types_at,
+            type_names,
+            fst,
+            postings_at,
+            postings_end: file_len,
+            map,
+        })
+    }
+
+    pub fn offset(&self, rel: u32) -> u64 {
+        field(&self.map, self.offsets_at + 8 * rel as usize)
+    }
+
+    pub fn type_id(&self, name: &str) -> Option<u32> {
+        self.type_names.iter().position(|t| t == name).map(|id| id as u32)
+    }
+
+    pub fn type_at(&self, rel: u32) -> u32 {
+        let at = self.types_at + if self.wide_types { 4 } else { 2 } * rel as usize;
+        if self.wide_types {
+            u32::from_le_bytes(self.map[at..at + 4].try_into().unwrap())
+        } else {
+            u16::from_le_bytes(self.map[at..at + 2].try_into().unwrap()) as u32
+        }
+    }
+
+    /// The postings of `tag`, or None if no event of this segment carries it.
+    pub fn postings(&self, tag: &str) -> Result<Option<Postings>> {
+        let Some(value) = self.fst.get(tag) else { return Ok(None) };
+        let payload = value & PAYLOAD_MASK;
+        let bad = || Error::corruption(format!("index of segment {}: postings of {tag:?} are damaged", Position(self.base)));
+        let blob = &self.map[self.postings_at..self.postings_end];
+        let at = payload as usize;
+        let list = match value >> 62 {
+            TIER_SINGLE => SortedList::Owned(Arc::from([payload as u32])),
+            TIER_SHORT => {
+                let mut cursor = at;
+                let n = get_varint(blob, &mut cursor).ok_or_else(bad)? as usize;
+                let mut rels = Vec::with_capacity(n.min(SHORT_LIST_MAX));
+                let mut rel = 0u64;
+                for i in 0..n {
+                    let step = get_varint(blob, &mut cursor).ok_or_else(bad)?;
+                    rel = if i == 0 { step } else { rel + step };
+                    rels.push(u32::try_from(rel).map_err(|_| bad())?);
+                }
+                SortedList::Owned(rels.into())
+            }
+            tier => {
+                let n = blob
+                    .get(at..at + 4)
+                    .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+                    .ok_or_else(bad)? as usize;
+                if tier == TIER_DENSE {
+                    let bytes = (self.count as usize).div_ceil(8);
+                    if blob.len() < at + 4 + bytes {
+                        return Err(bad());
+                    }
+                    return Ok(Some(Postings::Bitmap {
+                        map: self.map.clone(),
+                        at: self.postings_at + at + 4,
+                        bytes,
+                        count: n as u32,
+                    }));
+                }
+                if blob.len() < at + 4 + 4 * n {
+                    return Err(bad());
+                }
+                SortedList::Mapped { map: self.map.clone(), at: self.postings_at + at + 4, len: n }
+            }
+        };
+        Ok(Some(Postings::List(list)))
+    }
+
+    /// How many events carry `tag`, without decoding its list.
+    pub fn tag_count(&self, tag: &str) -> u32 {
+        match self.postings(tag) {
+            Ok(Some(p)) => p.count() as u32,
+            _ => 0,
+        }
+    }
+}
+
+/// Reads the committed events of a sealed segment's log bytes for [`encode`].
+pub fn contents_of<'a>(log: &'a [u8], base: u64, offsets: &[usize], log_end: u64) -> Result<SegmentContents<'a>> {
+    let mut events = Vec::with_capacity(offsets.len());
+    for (i, &offset) in offsets.iter().enumerate() {
+        let len = u32::from_le_bytes(log[offset..offset + 4].try_into().unwrap()) as usize;
+        let payload = &log[offset + FRAME_LEN..offset + FRAME_LEN + len];
+        events.push((offset as u64, EventView::decode(Position(base + i as u64), payload)?));
+    }
+    Ok(SegmentContents { base, log_end, events })
+}

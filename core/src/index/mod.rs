@@ -1,0 +1,85 @@
+//! The index: per segment, a tag dictionary with postings and a dense type column, so that
+//! reads and condition checks touch only the events they are about.
+//!
+//! A segment's index is either the in-memory [`tail::TailIndex`] (the active segment, and a
+//! sealed one until its file is published) or a mapped [`file::IndexFile`]. The planner
+//! ([`plan`]) answers "which relative positions of this segment match this query inside this
+//! window" from either, lazily and in either direction.
+
+pub(crate) mod chunked;
+pub(crate) mod file;
+pub(crate) mod plan;
+pub(crate) mod postings;
+pub(crate) mod seal;
+pub(crate) mod tail;
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use file::IndexFile;
+use postings::{Postings, SortedList};
+use tail::TailIndex;
+
+/// How the planner may answer; anything but `Auto` is for differential tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Planner {
+    /// Postings or scan per query item, whichever is cheaper.
+    #[default]
+    Auto,
+    /// Always postings and the type column.
+    ForceIndex,
+    /// Always decode and test every event of the window (the oracle).
+    ForceScan,
+}
+
+pub(crate) enum SegmentIndex {
+    Tail(Arc<TailIndex>),
+    Sealed(Arc<IndexFile>),
+}
+
+impl SegmentIndex {
+    pub fn offset(&self, rel: u32) -> u64 {
+        match self {
+            SegmentIndex::Tail(tail) => tail.offset(rel),
+            SegmentIndex::Sealed(file) => file.offset(rel),
+        }
+    }
+
+    pub fn type_id(&self, name: &str) -> Option<u32> {
+        match self {
+            SegmentIndex::Tail(tail) => tail.type_id(name),
+            SegmentIndex::Sealed(file) => file.type_id(name),
+        }
+    }
+
+    pub fn type_at(&self, rel: u32) -> u32 {
+        match self {
+            SegmentIndex::Tail(tail) => tail.type_at(rel),
+            SegmentIndex::Sealed(file) => file.type_at(rel),
+        }
+    }
+
+    pub fn tag_count(&self, tag: &str) -> u32 {
+        match self {
+            SegmentIndex::Tail(tail) => tail.tag_count(tag),
+            SegmentIndex::Sealed(file) => file.tag_count(tag),
+        }
+    }
+
+    /// Postings of `tag` covering at least `lo..=hi` (None: no event of the segment has it).
+    pub fn postings(&self, tag: &str, lo: u32, hi: u32) -> Result<Option<Postings>> {
+        match self {
+            SegmentIndex::Tail(tail) => {
+                let rels = tail.tag_positions(tag, lo, hi);
+                Ok((!rels.is_empty()).then(|| Postings::List(SortedList::Owned(rels.into()))))
+            }
+            SegmentIndex::Sealed(file) => file.postings(tag),
+        }
+    }
+
+    /// Whether postings are cheap to take whole (a mapped file) or cost a walk (the tail).
+    pub fn is_tail(&self) -> bool {
+        matches!(self, SegmentIndex::Tail(_))
+    }
+}

@@ -1,0 +1,220 @@
+//! The planner: for one segment, one query and one window of relative positions, a lazy walk
+//! over the matching positions in either direction.
+//!
+//! Per query item it picks one of:
+//! - **postings**: step through the shortest posting list of the item's tags (a seek per step,
+//!   so limits and "newest first" cost one seek, not a walk), keep a candidate when every other
+//!   tag's postings contain it and the type column holds one of the item's types;
+//! - **type column**: for items with types but no tags, probe the two-byte type ids of the
+//!   window, never touching payloads;
+//! - **scan**: decode and test every event of the window, when the window is narrower than the
+//!   shortest posting list by [`SCAN_RATIO`] (a condition checked at the head, say).
+//!
+//! Items are merged in position order without duplicates. Every plan gives the same answer; the
+//! choice only changes the cost, which the differential tests pin down by forcing each.
+
+use crate::error::Result;
+use crate::event::EventView;
+use crate::index::postings::Postings;
+use crate::index::{Planner, SegmentIndex};
+use crate::log::format::FRAME_LEN;
+use crate::position::Position;
+use crate::query::{Query, QueryItem};
+
+/// A window this many times narrower than the shortest posting list is scanned instead.
+pub const SCAN_RATIO: u64 = 16;
+/// In the tail, a tag this many times more frequent than the driving one is checked on the
+/// decoded event instead of by walking its whole chain.
+const PROBE_RATIO: u32 = 64;
+
+/// One segment's bytes and index, as a plan reads them.
+pub(crate) struct SegmentAccess<'a> {
+    pub base: u64,
+    pub log: &'a [u8],
+    pub index: &'a SegmentIndex,
+}
+
+impl SegmentAccess<'_> {
+    pub fn event(&self, rel: u32) -> Result<EventView<'_>> {
+        let offset = self.index.offset(rel) as usize;
+        let position = Position(self.base + rel as u64);
+        let bad = || crate::error::Error::corruption(format!("event {position} lies outside its segment"));
+        let len = self
+            .log
+            .get(offset..offset + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
+            .ok_or_else(bad)?;
+        let payload = self.log.get(offset + FRAME_LEN..offset + FRAME_LEN + len).ok_or_else(bad)?;
+        EventView::decode(position, payload)
+    }
+}
+
+enum ItemPlan {
+    /// A type or tag of the item does not occur in this segment.
+    Never,
+    /// `Query::all()`.
+    Every,
+    TypeColumn { type_ids: Vec<u32> },
+    Postings {
+        driver: Postings,
+        others: Vec<Postings>,
+        /// Tags checked on the decoded event (frequent tail tags).
+        probe: Vec<String>,
+        /// None: any type.
+        type_ids: Option<Vec<u32>>,
+    },
+    Scan(QueryItem),
+}
+
+struct ItemWalk {
+    plan: ItemPlan,
+    /// Next relative position to consider, in walk order; None when exhausted.
+    from: Option<u32>,
+    peeked: Option<u32>,
+}
+
+/// Matching relative positions of one segment inside `lo..=hi`.
+pub(crate) struct SegmentWalk {
+    items: Vec<ItemWalk>,
+    lo: u32,
+    hi: u32,
+    backwards: bool,
+    primed: bool,
+}
+
+impl SegmentWalk {
+    pub fn new(
+        segment: &SegmentAccess<'_>,
+        query: &Query,
+        lo: u32,
+        hi: u32,
+        backwards: bool,
+        planner: Planner,
+    ) -> Result<SegmentWalk> {
+        let start = if backwards { hi } else { lo };
+        let plans = match query {
+            Query::All => vec![ItemPlan::Every],
+            Query::Items(items) => {
+                let mut plans = Vec::with_capacity(items.len());
+                for item in items {
+                    plans.push(plan_item(segment, item, lo, hi, planner)?);
+                }
+                plans
+            }
+        };
+        let items = plans
+            .into_iter()
+            .filter(|plan| !matches!(plan, ItemPlan::Never))
+            .map(|plan| ItemWalk { plan, from: Some(start), peeked: None })
+            .collect();
+        Ok(SegmentWalk { items, lo, hi, backwards, primed: false })
+    }
+
+    /// The next matching relative position, in walk order.
+    pub fn next(&mut self, segment: &SegmentAccess<'_>) -> Result<Option<u32>> {
+        if !self.primed {
+            for i in 0..self.items.len() {
+                self.items[i].peeked = self.advance(i, segment)?;
+            }
+            self.primed = true;
+        }
+        let best = self
+            .items
+            .iter()
+            .filter_map(|item| item.peeked)
+            .reduce(|a, b| if self.backwards { a.max(b) } else { a.min(b) });
+        let Some(best) = best else { return Ok(None) };
+        for i in 0..self.items.len() {
+            if self.items[i].peeked == Some(best) {
+                self.items[i].peeked = self.advance(i, segment)?;
+            }
+        }
+        Ok(Some(best))
+    }
+
+    fn step(&self, rel: u32) -> Option<u32> {
+        if self.backwards {
+            rel.checked_sub(1).filter(|&r| r >= self.lo)
+        } else {
+            rel.checked_add(1).filter(|&r| r <= self.hi)
+        }
+    }
+
+    fn advance(&mut self, i: usize, segment: &SegmentAccess<'_>) -> Result<Option<u32>> {
+        let (lo, hi, backwards) = (self.lo, self.hi, self.backwards);
+        loop {
+            let Some(from) = self.items[i].from else { return Ok(None) };
+            let candidate = match &self.items[i].plan {
+                ItemPlan::Never => None,
+                ItemPlan::Every | ItemPlan::TypeColumn { .. } | ItemPlan::Scan(_) => Some(from),
+                ItemPlan::Postings { driver, .. } => {
+                    if backwards { driver.last_in(lo, from) } else { driver.first_in(from, hi) }
+                }
+            };
+            let Some(rel) = candidate else {
+                self.items[i].from = None;
+                return Ok(None);
+            };
+            self.items[i].from = self.step(rel);
+            if accepts(&self.items[i].plan, segment, rel)? {
+                return Ok(Some(rel));
+            }
+        }
+    }
+}
+
+fn accepts(plan: &ItemPlan, segment: &SegmentAccess<'_>, rel: u32) -> Result<bool> {
+    Ok(match plan {
+        ItemPlan::Never => false,
+        ItemPlan::Every => true,
+        ItemPlan::TypeColumn { type_ids } => type_ids.contains(&segment.index.type_at(rel)),
+        ItemPlan::Postings { others, probe, type_ids, .. } => {
+            type_ids.as_ref().is_none_or(|ids| ids.contains(&segment.index.type_at(rel)))
+                && others.iter().all(|p| p.contains(rel))
+                && (probe.is_empty() || {
+                    let event = segment.event(rel)?;
+                    probe.iter().all(|tag| event.has_tag(tag))
+                })
+        }
+        ItemPlan::Scan(item) => item.matches(&segment.event(rel)?),
+    })
+}
+
+fn plan_item(segment: &SegmentAccess<'_>, item: &QueryItem, lo: u32, hi: u32, planner: Planner) -> Result<ItemPlan> {
+    if planner == Planner::ForceScan {
+        return Ok(ItemPlan::Scan(item.clone()));
+    }
+    let index = segment.index;
+    let type_ids: Option<Vec<u32>> = (!item.types.is_empty())
+        .then(|| item.types.iter().filter_map(|t| index.type_id(t)).collect());
+    if type_ids.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(ItemPlan::Never);
+    }
+    if item.tags.is_empty() {
+        return Ok(ItemPlan::TypeColumn { type_ids: type_ids.unwrap_or_default() });
+    }
+    let mut counted: Vec<(u32, &String)> = item.tags.iter().map(|t| (index.tag_count(t), t)).collect();
+    counted.sort();
+    let shortest = counted[0].0;
+    if shortest == 0 {
+        return Ok(ItemPlan::Never);
+    }
+    let width = (hi - lo) as u64 + 1;
+    if planner == Planner::Auto && width * SCAN_RATIO <= shortest as u64 {
+        return Ok(ItemPlan::Scan(item.clone()));
+    }
+    let Some(driver) = index.postings(counted[0].1, lo, hi)? else { return Ok(ItemPlan::Never) };
+    let mut others = Vec::new();
+    let mut probe = Vec::new();
+    for &(count, tag) in &counted[1..] {
+        if index.is_tail() && planner == Planner::Auto && count > shortest.saturating_mul(PROBE_RATIO) {
+            probe.push(tag.clone());
+            continue;
+        }
+        match index.postings(tag, lo, hi)? {
+            Some(postings) => others.push(postings),
+            None => return Ok(ItemPlan::Never),
+        }
+    }
+    Ok(ItemPlan::Postings { driver, others, probe, type_ids })
+}
