@@ -1,0 +1,176 @@
+// Types of the package `lapilli` (hand-written for lapilli.js and errors.js; checked by
+// test/types/usage.ts with `tsc --noEmit`).
+
+/** An event to append. `tags` and `data` may be omitted (none, empty). */
+export interface EventInput {
+  /** 1 to 255 bytes of UTF-8. */
+  type: string
+  /** Each 1 to 1024 bytes of UTF-8, at most 255, no duplicates; order does not matter. */
+  tags?: readonly string[]
+  /** Opaque bytes, at most `maxEventBytes`. */
+  data?: Uint8Array
+}
+
+/** An event as stored, returned by reads and subscriptions. */
+export interface SequencedEvent {
+  /** 1-based, gapless, in commit order; always within 2^53 - 1. */
+  position: number
+  /** Commit time of the event's batch in microseconds since the Unix epoch (not a Date:
+   * `new Date(e.recordedAt / 1000)` if you want one). Non-decreasing with position. */
+  recordedAt: number
+  type: string
+  /** Sorted bytewise. */
+  tags: string[]
+  /** A view into the batch the event crossed in (keep a copy with `Buffer.from(data)` if you
+   * keep one small event of a large read for long). */
+  data: Buffer
+}
+
+export interface QueryItem {
+  types?: readonly string[]
+  tags?: readonly string[]
+}
+
+/** What a read, subscription or condition selects. Immutable. */
+export declare class Query {
+  private constructor()
+  readonly all: boolean
+  readonly items: ReadonlyArray<{ readonly types: readonly string[]; readonly tags: readonly string[] }>
+  /** Matches every event. */
+  static all(): Query
+  /** Matches an event when any item does: its type is one of `types` (or `types` is empty)
+   * and it carries every tag of `tags`. */
+  static of(...items: QueryItem[]): Query
+  static of(items: readonly QueryItem[]): Query
+  /** One item: events carrying every one of `tags`. */
+  static forTags(...tags: string[]): Query
+  /** One item: events of any of `types`. */
+  static forTypes(...types: string[]): Query
+}
+
+export interface AppendCondition {
+  /** Fail with ConflictError if an event matching this lies after `after`. */
+  failIfEventsMatch: Query
+  /** The position the decision was made at (`read(...).head`); omitted means 0. */
+  after?: number
+  /** Fail with AlreadyExistsError if an event matching this lies anywhere. */
+  failIfExists?: Query
+}
+
+export interface AppendResult {
+  first: number
+  last: number
+}
+
+export interface OpenOptions {
+  /** "fsync" (default): on disk before an append resolves. "buffered": tests, throwaway data. */
+  durability?: 'fsync' | 'buffered'
+  /** Bytes per segment file (default 256 MiB). */
+  segmentSize?: number
+  /** Largest event data in bytes (default 16 MiB). */
+  maxEventBytes?: number
+}
+
+export interface ReadOptions {
+  /** Lower bound, exclusive (default 0). */
+  after?: number
+  /** Upper bound, inclusive; defaults to and is clamped to the head when the read starts. */
+  until?: number
+  /** At most this many events (0 returns none). */
+  limit?: number
+  /** Descend from the upper end of the window. */
+  backwards?: boolean
+}
+
+export interface SubscribeOptions {
+  /** Deliver events after this position (default 0: from the start). */
+  after?: number
+}
+
+/** A consistent snapshot read, iterated once. */
+export declare class ReadResult implements AsyncIterable<SequencedEvent> {
+  private constructor()
+  /** The store head pinned when the read began: the `after` for a decision built on it. */
+  readonly head: number
+  /** The events in arrays, as they cross from Rust (the fastest way through a large read). */
+  batches(): AsyncGenerator<SequencedEvent[], void, undefined>
+  [Symbol.asyncIterator](): AsyncGenerator<SequencedEvent, void, undefined>
+}
+
+/** History, then live commits, in position order. `break` in `for await` closes it. */
+export declare class Subscription implements AsyncIterable<SequencedEvent> {
+  private constructor()
+  /** True when everything committed so far has been handed out. */
+  readonly caughtUp: boolean
+  /** The last position handed out: subscribe again with `after` = this to resume. */
+  readonly position: number
+  readonly closed: boolean
+  /** Up to `max` (default 1024) events, waiting at most `timeoutMs` (default: as long as it
+   * takes; 0: only what is there now). `[]` on timeout, `null` once ended. */
+  nextBatch(max?: number, timeoutMs?: number): Promise<SequencedEvent[] | null>
+  /** Ends the subscription; a pending `nextBatch` or `for await` finishes. Idempotent. */
+  close(): void
+  [Symbol.asyncIterator](): AsyncIterator<SequencedEvent, undefined> & AsyncIterable<SequencedEvent>
+}
+
+/** An open store: one directory, one global order of events. */
+export declare class Store {
+  private constructor()
+  /** Opens (creating if missing) the store in `path`. Rejects with StoreLockedError if another
+   * handle holds it. */
+  static open(path: string, options?: OpenOptions): Promise<Store>
+  /** A read-only follower: not available in this version, rejects with ReadOnlyError. */
+  static openReadOnly(path: string): Promise<Store>
+  /** The last committed position (0 for an empty store). */
+  head(): number
+  /** Appends atomically if `condition` holds; queued when called, resolves once committed. */
+  append(events: readonly EventInput[], condition?: AppendCondition | null): Promise<AppendResult>
+  /** A snapshot read of the matching events in `(after, until]`. */
+  read(query: Query, options?: ReadOptions): ReadResult
+  /** The whole read at once, with the head it pinned. */
+  readAll(query: Query, options?: ReadOptions): Promise<{ events: SequencedEvent[]; head: number }>
+  subscribe(query: Query, options?: SubscribeOptions): Subscription
+  /** Commits what is queued, ends every subscription, releases the directory. Idempotent. */
+  close(): Promise<void>
+}
+
+export type ErrorCode =
+  | 'CONFLICT'
+  | 'ALREADY_EXISTS'
+  | 'INVALID_ARGUMENT'
+  | 'STORE_LOCKED'
+  | 'CLOSED'
+  | 'READ_ONLY'
+  | 'CORRUPTION'
+  | 'IO'
+
+/** The base of every error the engine reports. */
+export declare class LapilliError extends Error {
+  readonly code: ErrorCode
+  /** The first conflicting event, for ConflictError and AlreadyExistsError. */
+  readonly position?: number
+}
+export declare class ConflictError extends LapilliError {
+  readonly code: 'CONFLICT'
+}
+export declare class AlreadyExistsError extends LapilliError {
+  readonly code: 'ALREADY_EXISTS'
+}
+export declare class InvalidArgumentError extends LapilliError {
+  readonly code: 'INVALID_ARGUMENT'
+}
+export declare class StoreLockedError extends LapilliError {
+  readonly code: 'STORE_LOCKED'
+}
+export declare class StoreClosedError extends LapilliError {
+  readonly code: 'CLOSED'
+}
+export declare class ReadOnlyError extends LapilliError {
+  readonly code: 'READ_ONLY'
+}
+export declare class CorruptionError extends LapilliError {
+  readonly code: 'CORRUPTION'
+}
+export declare class LapilliIOError extends LapilliError {
+  readonly code: 'IO'
+}

@@ -1,0 +1,399 @@
+//! The native half of the Node.js package `lapilli`: a thin napi-rs facade over `lapilli-core`.
+//!
+//! Everything here is mechanical: convert arguments, call the engine, hand results back in
+//! batches. The JavaScript layer (`lapilli.js`) checks argument types, turns the encoded errors
+//! of [`to_js_error`] into `LapilliError` subclasses and decodes [`Batch`]es into event objects.
+//!
+//! Threads: `head`, `read` (a snapshot) and `subscribe` are cheap and answer on the JS thread;
+//! `open`, `append` (waiting for the group commit), batch production, subscription waits and
+//! `close` run on napi's tokio runtime (`spawn_blocking` where they may block), so the event
+//! loop is never held up by an fsync or a page fault. `append` hands its events to the writer
+//! synchronously (`Store::submit`), so appends are queued in call order and a thousand pending
+//! Promises are one group commit, not a thousand threads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lapilli_core as core;
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+/// Largest integer a JS number holds exactly (2^53 - 1).
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+/// A batch stops growing once its data passes this many bytes (it always holds one event).
+const BATCH_DATA_BYTES: usize = 4 << 20;
+
+/// The one place engine errors become JS errors: the message carries the kind's code and the
+/// position as `[CODE@position] message`, which `errors.js` turns into the matching
+/// `LapilliError` subclass with `code` and `position`. (napi-rs rejects Promises only with
+/// its own status codes, so the kind travels in the message.)
+fn to_js_error(err: core::Error) -> Error {
+    let code = err.kind().code();
+    let reason = match err.position() {
+        Some(position) => format!("[{code}@{position}] {}", err.message()),
+        None => format!("[{code}] {}", err.message()),
+    };
+    Error::new(Status::GenericFailure, reason)
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(Status::GenericFailure, format!("[INVALID_ARGUMENT] {message}"))
+}
+
+/// A JS number that must be a position (the JS layer has checked it is a safe integer >= 0).
+fn position_arg(name: &str, value: f64) -> Result<core::Position> {
+    if !(value >= 0.0 && value <= MAX_SAFE_INTEGER as f64 && value.fract() == 0.0) {
+        return Err(invalid(format!("{name} is {value}; it must be an integer from 0 to 2^53 - 1")));
+    }
+    Ok(core::Position(value as u64))
+}
+
+/// A position going out to JS, checked to stay exact.
+fn position_out(position: core::Position) -> Result<f64> {
+    let value = position.get();
+    if value > MAX_SAFE_INTEGER {
+        return Err(Error::new(
+            Status::GenericFailure,
+            format!("position {value} exceeds 2^53 - 1 and cannot be a JS number"),
+        ));
+    }
+    Ok(value as f64)
+}
+
+#[napi(object)]
+pub struct NativeQueryItem {
+    pub types: Vec<String>,
+    pub tags: Vec<String>,
+}
+
+/// `{ all: true, items: [] }` is `Query.all()`; otherwise the items.
+#[napi(object)]
+pub struct NativeQuery {
+    pub all: bool,
+    pub items: Vec<NativeQueryItem>,
+}
+
+impl From<NativeQuery> for core::Query {
+    fn from(query: NativeQuery) -> Self {
+        if query.all {
+            return core::Query::all();
+        }
+        core::Query::of(query.items.into_iter().map(|item| core::QueryItem::new(item.types, item.tags)))
+    }
+}
+
+#[napi(object)]
+pub struct NativeEvent {
+    pub r#type: String,
+    pub tags: Vec<String>,
+    pub data: Uint8Array,
+}
+
+#[napi(object)]
+pub struct NativeCondition {
+    pub fail_if_events_match: NativeQuery,
+    pub after: Option<f64>,
+    pub fail_if_exists: Option<NativeQuery>,
+}
+
+#[napi(object)]
+pub struct NativeOptions {
+    pub durability: Option<String>,
+    pub segment_size: Option<f64>,
+    pub max_event_bytes: Option<f64>,
+}
+
+#[napi(object)]
+pub struct AppendOutcome {
+    pub first: f64,
+    pub last: f64,
+}
+
+/// Events packed for one crossing. `meta` holds, per event, `position, recordedAt, type index,
+/// data length, tag count` and then the tag indices; indices point into `strings` (each type
+/// and tag once per batch); data lie end to end in `data`.
+#[napi(object)]
+pub struct Batch {
+    pub count: u32,
+    pub meta: Float64Array,
+    pub strings: Vec<String>,
+    pub data: Buffer,
+}
+
+#[derive(Default)]
+struct BatchBuilder {
+    count: u32,
+    meta: Vec<f64>,
+    strings: Vec<String>,
+    index: HashMap<String, u32>,
+    data: Vec<u8>,
+    too_large: Option<u64>,
+}
+
+impl BatchBuilder {
+    fn intern(&mut self, text: &str) -> f64 {
+        if let Some(&i) = self.index.get(text) {
+            return i as f64;
+        }
+        let i = self.strings.len() as u32;
+        self.strings.push(text.to_owned());
+        self.index.insert(text.to_owned(), i);
+        i as f64
+    }
+
+    fn push<'a>(
+        &mut self,
+        position: core::Position,
+        recorded_at: u64,
+        event_type: &str,
+        tags: impl Iterator<Item = &'a str>,
+        tag_count: usize,
+        data: &[u8],
+    ) {
+        if position.get() > MAX_SAFE_INTEGER {
+            self.too_large.get_or_insert(position.get());
+        }
+        self.count += 1;
+        self.meta.push(position.get() as f64);
+        self.meta.push(recorded_at as f64);
+        let type_index = self.intern(event_type);
+        self.meta.push(type_index);
+        self.meta.push(data.len() as f64);
+        self.meta.push(tag_count as f64);
+        for tag in tags {
+            let tag_index = self.intern(tag);
+            self.meta.push(tag_index);
+        }
+        self.data.extend_from_slice(data);
+    }
+
+    fn push_view(&mut self, view: &core::EventView<'_>) {
+        self.push(view.position, view.recorded_at, view.event_type, view.tags(), view.tag_count(), view.data);
+    }
+
+    fn push_owned(&mut self, event: &core::SequencedEvent) {
+        self.push(
+            event.position,
+            event.recorded_at,
+            &event.event_type,
+            event.tags.iter().map(String::as_str),
+            event.tags.len(),
+            &event.data,
+        );
+    }
+
+    fn finish(self) -> Result<Batch> {
+        if let Some(position) = self.too_large {
+            position_out(core::Position(position))?;
+        }
+        Ok(Batch {
+            count: self.count,
+            meta: Float64Array::new(self.meta),
+            strings: self.strings,
+            data: Buffer::from(self.data),
+        })
+    }
+}
+
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    spawn_blocking(work)
+        .await
+        .map_err(|e| Error::new(Status::GenericFailure, format!("a lapilli task failed: {e}")))?
+}
+
+fn core_options(options: Option<NativeOptions>) -> Result<core::Options> {
+    let mut out = core::Options::default();
+    let Some(options) = options else { return Ok(out) };
+    if let Some(durability) = options.durability {
+        out.durability = durability.parse().map_err(to_js_error)?;
+    }
+    if let Some(size) = options.segment_size {
+        out.segment_size = position_arg("segmentSize", size)?.get();
+    }
+    if let Some(size) = options.max_event_bytes {
+        out.max_event_bytes = position_arg("maxEventBytes", size)?.get() as usize;
+    }
+    Ok(out)
+}
+
+/// Opens the store in `path` (creating it) off the JS thread.
+#[napi]
+pub fn open_store(env: &Env, path: String, options: Option<NativeOptions>) -> Result<PromiseRaw<'_, NativeStore>> {
+    let options = core_options(options)?;
+    env.spawn_future(blocking(move || {
+        let store = core::Store::open(path, options).map_err(to_js_error)?;
+        Ok(NativeStore { inner: Arc::new(store) })
+    }))
+}
+
+/// Read-only handles (followers) come with a later issue; the engine answers `ReadOnly`.
+#[napi]
+pub fn open_store_read_only(env: &Env, path: String) -> Result<PromiseRaw<'_, NativeStore>> {
+    env.spawn_future(blocking(move || {
+        let store = core::Store::open_read_only(path).map_err(to_js_error)?;
+        Ok(NativeStore { inner: Arc::new(store) })
+    }))
+}
+
+#[napi]
+pub struct NativeStore {
+    inner: Arc<core::Store>,
+}
+
+#[napi]
+impl NativeStore {
+    #[napi]
+    pub fn head(&self) -> Result<f64> {
+        position_out(self.inner.head().map_err(to_js_error)?)
+    }
+
+    /// Validates and queues the append now (so appends commit in call order), then resolves
+    /// once the writer has committed or refused it.
+    #[napi]
+    pub fn append<'env>(
+        &self,
+        env: &'env Env,
+        events: Vec<NativeEvent>,
+        condition: Option<NativeCondition>,
+    ) -> Result<PromiseRaw<'env, AppendOutcome>> {
+        let events: Vec<core::Event> = events
+            .into_iter()
+            .map(|e| core::Event { event_type: e.r#type, tags: e.tags, data: e.data.to_vec() })
+            .collect();
+        let condition = match condition {
+            None => None,
+            Some(c) => Some(core::AppendCondition {
+                fail_if_events_match: c.fail_if_events_match.into(),
+                after: c.after.map(|a| position_arg("condition.after", a)).transpose()?,
+                fail_if_exists: c.fail_if_exists.map(Into::into),
+            }),
+        };
+        let pending = self.inner.submit(events, condition);
+        env.spawn_future(async move {
+            let appended = pending.await.map_err(to_js_error)?;
+            Ok(AppendOutcome { first: position_out(appended.first)?, last: position_out(appended.last)? })
+        })
+    }
+
+    #[napi]
+    pub fn read(
+        &self,
+        query: NativeQuery,
+        after: f64,
+        until: Option<f64>,
+        limit: Option<f64>,
+        backwards: bool,
+    ) -> Result<NativeRead> {
+        let options = core::ReadOptions {
+            after: position_arg("after", after)?,
+            until: until.map(|u| position_arg("until", u)).transpose()?,
+            limit: limit.map(|l| position_arg("limit", l).map(|p| p.get())).transpose()?,
+            backwards,
+        };
+        let read = self.inner.read(&query.into(), options).map_err(to_js_error)?;
+        Ok(NativeRead { head: position_out(read.head())?, inner: Arc::new(Mutex::new(read)) })
+    }
+
+    #[napi]
+    pub fn subscribe(&self, query: NativeQuery, after: f64) -> Result<NativeSubscription> {
+        let after = position_arg("after", after)?;
+        let subscription = self.inner.subscribe(&query.into(), after).map_err(to_js_error)?;
+        Ok(NativeSubscription { inner: Arc::new(subscription) })
+    }
+
+    /// Answers queued appends, stops the writer, ends subscriptions, releases the lock.
+    #[napi]
+    pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
+        let store = self.inner.clone();
+        env.spawn_future(blocking(move || store.close().map_err(to_js_error)))
+    }
+}
+
+#[napi]
+pub struct NativeRead {
+    inner: Arc<Mutex<core::ReadResult>>,
+    head: f64,
+}
+
+#[napi]
+impl NativeRead {
+    /// The store head pinned when the read began.
+    #[napi(getter)]
+    pub fn head(&self) -> f64 {
+        self.head
+    }
+
+    /// Up to `max` further events (an empty batch: the read is done), produced off the JS
+    /// thread straight from the mapped log.
+    #[napi]
+    pub fn next_batch<'env>(&self, env: &'env Env, max: u32) -> Result<PromiseRaw<'env, Batch>> {
+        let read = self.inner.clone();
+        let max = max.max(1) as usize;
+        env.spawn_future(blocking(move || {
+            let mut read = read.lock().unwrap_or_else(|p| p.into_inner());
+            let mut batch = BatchBuilder::default();
+            while (batch.count as usize) < max && batch.data.len() < BATCH_DATA_BYTES {
+                let step = (max - batch.count as usize).min(256);
+                let visited = read.visit(step, |view| batch.push_view(view)).map_err(to_js_error)?;
+                if visited < step {
+                    break;
+                }
+            }
+            batch.finish()
+        }))
+    }
+}
+
+#[napi]
+pub struct NativeSubscription {
+    inner: Arc<core::Subscription>,
+}
+
+#[napi]
+impl NativeSubscription {
+    /// Up to `max` events, waiting at most `timeout_ms` (0: what is there now). Resolves
+    /// `null` once the subscription or its store is closed, an empty batch on timeout.
+    #[napi]
+    pub fn next_batch<'env>(
+        &self,
+        env: &'env Env,
+        max: u32,
+        timeout_ms: f64,
+    ) -> Result<PromiseRaw<'env, Option<Batch>>> {
+        let subscription = self.inner.clone();
+        let max = max.max(1) as usize;
+        let timeout = Duration::from_secs_f64(timeout_ms.max(0.0) / 1000.0);
+        env.spawn_future(blocking(move || {
+            let Some(events) = subscription.next_batch(max, Some(timeout)).map_err(to_js_error)? else {
+                return Ok(None);
+            };
+            let mut batch = BatchBuilder::default();
+            for event in &events {
+                batch.push_owned(event);
+            }
+            batch.finish().map(Some)
+        }))
+    }
+
+    #[napi(getter)]
+    pub fn caught_up(&self) -> bool {
+        self.inner.caught_up()
+    }
+
+    #[napi(getter)]
+    pub fn position(&self) -> Result<f64> {
+        position_out(self.inner.position())
+    }
+
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Ends the subscription; a pending `nextBatch` resolves `null`.
+    #[napi]
+    pub fn close(&self) {
+        self.inner.close();
+    }
+}
