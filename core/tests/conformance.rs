@@ -418,10 +418,22 @@ fn describe(err: &Error) -> String {
     }
 }
 
-/// What API.md promises of every returned event: tags sorted and `recorded_at`
+/// What API.md promises of every returned event: tags sorted, and `recorded_at` in microseconds
+/// since the Unix epoch (so between 2020 and a day from now: a unit slip fails this) and
 /// non-decreasing with position.
 fn check_stored_shape(events: &[SequencedEvent]) -> Outcome {
+    const YEAR_2020_MICROS: u64 = 1_577_836_800_000_000;
+    let now_micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_micros() as u64;
     for event in events {
+        if event.recorded_at < YEAR_2020_MICROS || event.recorded_at > now_micros + 86_400_000_000 {
+            return Err(format!(
+                "event {} has recorded_at {}, not microseconds since the Unix epoch for a recent commit",
+                event.position, event.recorded_at
+            ));
+        }
         if !event.tags.windows(2).all(|w| w[0] < w[1]) {
             return Err(format!("event {} has tags out of order: {:?}", event.position, event.tags));
         }
