@@ -1,0 +1,26 @@
+//! The one way a call that may block or take more than microseconds leaves Python: the GIL is
+//! released (other threads run; free-threaded builds do not stop the world for us), engine
+//! errors become Python exceptions, and a Ctrl-C that arrived meanwhile is raised as
+//! `KeyboardInterrupt`.
+
+use pyo3::prelude::*;
+use pyo3::marker::Ungil;
+
+use crate::errors::to_py;
+
+pub fn detached<T, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    F: Ungil + FnOnce() -> lapilli_core::Result<T>,
+    T: Send,
+{
+    let result = py.detach(f);
+    py.check_signals()?;
+    result.map_err(to_py)
+}
+
+/// Locks a binding-side mutex. Only ever called inside `detached` (or with `try_lock` while
+/// attached), so a thread waiting for the lock never holds the interpreter, and a holder never
+/// attaches while holding it: no deadlock against the GIL.
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

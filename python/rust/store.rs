@@ -1,0 +1,217 @@
+//! `Store`: the front door. One `Store` may be shared by many threads; every call that can
+//! block (fsync, recovery, joining the writer) runs with the interpreter released.
+
+use std::path::PathBuf;
+
+use lapilli_core as core;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+use crate::blocking::detached;
+use crate::convert::{self, type_name};
+use crate::pending::PendingAppend;
+use crate::read::ReadResult;
+use crate::subscription::Subscription;
+use crate::values::{AppendCondition, AppendResult, Event, query_arg};
+
+/// An open store: one directory, one global order of events. Use as a context manager, or call
+/// `close()`.
+#[pyclass(frozen, module = "lapilli")]
+pub struct Store {
+    inner: core::Store,
+}
+
+fn path_arg(path: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
+    let os = path.py().import("os")?;
+    let fspath = os
+        .call_method1("fspath", (path,))
+        .map_err(|_| PyTypeError::new_err(format!("path must be str or os.PathLike, not {}", type_name(path))))?;
+    fspath
+        .extract::<PathBuf>()
+        .map_err(|_| PyTypeError::new_err(format!("path must be str or os.PathLike, not {}", type_name(path))))
+}
+
+fn events_arg(events: &Bound<'_, PyAny>) -> PyResult<Vec<core::Event>> {
+    if events.is_instance_of::<Event>() {
+        return Err(PyTypeError::new_err("events must be a list of Event, not a single Event (wrap it: [event])"));
+    }
+    let iter = events
+        .try_iter()
+        .map_err(|_| PyTypeError::new_err(format!("events must be a list of Event, not {}", type_name(events))))?;
+    let mut out = Vec::new();
+    for (i, item) in iter.enumerate() {
+        let item = item?;
+        let event = item
+            .cast::<Event>()
+            .map_err(|_| PyTypeError::new_err(format!("events[{i}] must be Event, not {}", type_name(&item))))?;
+        out.push(event.get().inner.clone());
+    }
+    Ok(out)
+}
+
+fn condition_arg(condition: Option<&Bound<'_, PyAny>>) -> PyResult<Option<core::AppendCondition>> {
+    match condition {
+        None => Ok(None),
+        Some(c) if c.is_none() => Ok(None),
+        Some(c) => match c.cast::<AppendCondition>() {
+            Ok(c) => Ok(Some(c.get().inner.clone())),
+            Err(_) => Err(PyTypeError::new_err(format!("condition must be AppendCondition or None, not {}", type_name(c)))),
+        },
+    }
+}
+
+fn bool_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
+    match value.cast::<pyo3::types::PyBool>() {
+        Ok(b) => Ok(b.is_true()),
+        Err(_) => Err(PyTypeError::new_err(format!("{what} must be bool, not {}", type_name(value)))),
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// Opens (creating if missing) the store in the directory `path`. `durability` is "fsync"
+    /// (default: an append returns once its batch is on disk) or "buffered" (tests and
+    /// throwaway data). Raises `StoreLockedError` if another handle holds it.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, durability=None, segment_size=None, max_event_bytes=None))]
+    #[pyo3(text_signature = "(path, *, durability='fsync', segment_size=None, max_event_bytes=None)")]
+    fn open(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        durability: Option<&Bound<'_, PyAny>>,
+        segment_size: Option<&Bound<'_, PyAny>>,
+        max_event_bytes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Store> {
+        let path = path_arg(path)?;
+        let durability: core::Durability = match durability {
+            Some(d) if !d.is_none() => convert::string(d, "durability")?.parse().map_err(crate::errors::to_py)?,
+            _ => core::Durability::Fsync,
+        };
+        let mut options = core::Options { durability, ..core::Options::default() };
+        if let Some(size) = convert::optional_position(segment_size, "segment_size")? {
+            options.segment_size = size;
+        }
+        if let Some(max) = convert::optional_position(max_event_bytes, "max_event_bytes")? {
+            options.max_event_bytes = usize::try_from(max).unwrap_or(usize::MAX);
+        }
+        let inner = detached(py, move || core::Store::open(path, options))?;
+        Ok(Store { inner })
+    }
+
+    /// A read-only handle following a store another process may be writing. Not available in
+    /// this version: raises `ReadOnlyError` rather than give a stale answer.
+    #[staticmethod]
+    fn open_read_only(py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Store> {
+        let path = path_arg(path)?;
+        let inner = detached(py, move || core::Store::open_read_only(path))?;
+        Ok(Store { inner })
+    }
+
+    /// The store's directory.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    /// The position of the last committed event (0 for an empty store).
+    fn head(&self) -> PyResult<u64> {
+        self.inner.head().map(|p| p.get()).map_err(crate::errors::to_py)
+    }
+
+    /// Appends `events` atomically at consecutive positions if `condition` holds, and returns
+    /// once they are committed. Raises `ConflictError` / `AlreadyExistsError` when the condition
+    /// fails (nothing is written).
+    #[pyo3(signature = (events, condition=None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        events: &Bound<'_, PyAny>,
+        condition: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<AppendResult> {
+        let events = events_arg(events)?;
+        let condition = condition_arg(condition)?;
+        let store = &self.inner;
+        detached(py, move || store.append(events, condition)).map(AppendResult::from)
+    }
+
+    /// Hands an append to the writer without waiting for it (what `lapilli.aio` uses): returns a
+    /// `PendingAppend`. Bad input is raised here; a failed condition by `PendingAppend.result()`.
+    #[pyo3(signature = (events, condition=None))]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        events: &Bound<'_, PyAny>,
+        condition: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PendingAppend> {
+        let events = events_arg(events)?;
+        let condition = condition_arg(condition)?;
+        let store = &self.inner;
+        let pending = detached(py, move || Ok(store.submit(events, condition)))?;
+        let pending = PendingAppend::new(pending);
+        // Input errors are known at once: raise them here, where the caller passed the input.
+        if let Some(Err(e)) = pending.peek() {
+            if e.kind() != core::ErrorKind::Conflict && e.kind() != core::ErrorKind::AlreadyExists {
+                return Err(crate::errors::to_py(e));
+            }
+        }
+        Ok(pending)
+    }
+
+    /// The events matching `query` in the window `(after, until]` (until defaults to the head
+    /// now), ascending, or descending with `backwards=True`, at most `limit` of them.
+    #[pyo3(signature = (query, *, after=None, until=None, limit=None, backwards=None))]
+    #[pyo3(text_signature = "($self, query, *, after=0, until=None, limit=None, backwards=False)")]
+    fn read(
+        &self,
+        query: &Bound<'_, PyAny>,
+        after: Option<&Bound<'_, PyAny>>,
+        until: Option<&Bound<'_, PyAny>>,
+        limit: Option<&Bound<'_, PyAny>>,
+        backwards: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<ReadResult> {
+        let query = query_arg(query, "query")?;
+        let options = core::ReadOptions {
+            after: core::Position(convert::optional_position(after, "after")?.unwrap_or(0)),
+            until: convert::optional_position(until, "until")?.map(core::Position),
+            limit: convert::optional_position(limit, "limit")?,
+            backwards: match backwards {
+                Some(b) if !b.is_none() => bool_arg(b, "backwards")?,
+                _ => false,
+            },
+        };
+        let inner = self.inner.read(&query, options).map_err(crate::errors::to_py)?;
+        Ok(ReadResult::new(inner))
+    }
+
+    /// Every event matching `query` after `after`: history first, then new commits as they
+    /// happen.
+    #[pyo3(signature = (query, *, after=None))]
+    #[pyo3(text_signature = "($self, query, *, after=0)")]
+    fn subscribe(&self, query: &Bound<'_, PyAny>, after: Option<&Bound<'_, PyAny>>) -> PyResult<Subscription> {
+        let query = query_arg(query, "query")?;
+        let after = convert::optional_position(after, "after")?.unwrap_or(0);
+        let inner = self.inner.subscribe(&query, core::Position(after)).map_err(crate::errors::to_py)?;
+        Ok(Subscription::new(inner, after))
+    }
+
+    /// Answers every queued append, flushes, ends every subscription and releases the lock.
+    /// Closing twice is fine.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let store = &self.inner;
+        detached(py, move || store.close())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Store({:?})", self.inner.path().display().to_string())
+    }
+}

@@ -1,0 +1,155 @@
+//! `Subscription`: a blocking iterator over history then live commits. Waits happen in short
+//! slices with the interpreter released, so `close()` from another thread and Ctrl-C (checked
+//! between slices) both end a blocked wait.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lapilli_core as core;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::blocking::{detached, lock};
+use crate::values::SequencedEvent;
+
+/// Longest single wait with the interpreter released before signals are checked again.
+const SLICE: Duration = Duration::from_millis(100);
+/// Events fetched per crossing when iterating one at a time.
+const ITER_BATCH: usize = 256;
+
+/// A live, ordered feed of the events matching a query: first the history after `after`, then
+/// new commits, with no gap and no duplicate. Iterate it (blocking), or call `next(timeout)` /
+/// `next_batch(max, timeout)`. `close()` works from any thread and ends a blocked wait.
+#[pyclass(frozen, module = "lapilli")]
+pub struct Subscription {
+    inner: core::Subscription,
+    /// Fetched from the engine but not yet handed to Python.
+    buffer: Mutex<VecDeque<core::SequencedEvent>>,
+    /// The last position handed to Python: the resume cursor.
+    delivered: AtomicU64,
+}
+
+impl Subscription {
+    pub fn new(inner: core::Subscription, after: u64) -> Self {
+        Subscription { inner, buffer: Mutex::new(VecDeque::new()), delivered: AtomicU64::new(after) }
+    }
+
+    /// Up to `max` events for Python. `None`: ended. Empty: the timeout passed.
+    fn take(&self, py: Python<'_>, max: usize, fetch: usize, timeout: Option<Duration>) -> PyResult<Option<Vec<core::SequencedEvent>>> {
+        if max == 0 {
+            return Err(crate::errors::invalid("max is 0; a batch holds at least one event"));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let slice = match deadline {
+                None => SLICE,
+                Some(d) => SLICE.min(d.saturating_duration_since(Instant::now())),
+            };
+            let step = detached(py, || {
+                let mut buffer = lock(&self.buffer);
+                if buffer.is_empty() {
+                    match self.inner.next_batch(fetch.max(max), Some(slice))? {
+                        None => return Ok(None),
+                        Some(batch) => buffer.extend(batch),
+                    }
+                }
+                let n = buffer.len().min(max);
+                Ok(Some(buffer.drain(..n).collect::<Vec<_>>()))
+            })?;
+            match step {
+                None => return Ok(None),
+                Some(events) if !events.is_empty() => {
+                    let last = events.last().unwrap().position.get();
+                    self.delivered.store(last, Ordering::Release);
+                    return Ok(Some(events));
+                }
+                Some(empty) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(Some(empty));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn timeout_arg(timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_finite() && t >= 0.0 => Ok(Some(Duration::from_secs_f64(t))),
+        Some(t) => Err(crate::errors::invalid(format!("timeout is {t}; it must be a non-negative number of seconds or None"))),
+    }
+}
+
+#[pymethods]
+impl Subscription {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// Blocks until the next event; stops when the subscription or its store is closed.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<SequencedEvent>> {
+        Ok(self.take(py, 1, ITER_BATCH, None)?.and_then(|mut v| v.pop()).map(|inner| SequencedEvent { inner }))
+    }
+
+    /// The next event, or None if `timeout` seconds passed first or the subscription ended
+    /// (`closed` tells which). `timeout=None` waits as long as it takes.
+    #[pyo3(signature = (timeout=None))]
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<SequencedEvent>> {
+        let timeout = timeout_arg(timeout)?;
+        Ok(self.take(py, 1, ITER_BATCH, timeout)?.and_then(|mut v| v.pop()).map(|inner| SequencedEvent { inner }))
+    }
+
+    /// Up to `max` events as soon as at least one is there: a non-empty list; an empty list if
+    /// `timeout` seconds passed first (0 means do not wait); None once the subscription ended.
+    #[pyo3(signature = (max=1024, timeout=None))]
+    fn next_batch<'py>(&self, py: Python<'py>, max: usize, timeout: Option<f64>) -> PyResult<Option<Bound<'py, PyList>>> {
+        let timeout = timeout_arg(timeout)?;
+        match self.take(py, max, max, timeout)? {
+            None => Ok(None),
+            Some(events) => Ok(Some(PyList::new(py, events.into_iter().map(|inner| SequencedEvent { inner }))?)),
+        }
+    }
+
+    /// True when everything committed so far has been handed out.
+    #[getter]
+    fn caught_up(&self) -> bool {
+        // Check the buffer before the engine: an event buffered after this check was scanned
+        // after it too, so at worst this says False a moment early.
+        let empty = self.buffer.try_lock().map(|b| b.is_empty()).unwrap_or(false);
+        empty && self.inner.caught_up()
+    }
+
+    /// The last position handed out: subscribe again with `after=position` to resume.
+    #[getter]
+    fn position(&self) -> u64 {
+        self.delivered.load(Ordering::Acquire)
+    }
+
+    /// True once the subscription or its store was closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Ends the subscription; safe from any thread; a blocked wait wakes and ends.
+    fn close(&self) {
+        self.inner.close();
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.inner.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Subscription(position={}, closed={})", self.position(), self.closed())
+    }
+}

@@ -1,0 +1,304 @@
+"""asyncio face of the store: the same `Store`, awaited.
+
+    from lapilli import Event, Query
+    from lapilli.aio import Store
+
+    async with await Store.open(path) as store:
+        await store.append([Event(type="Registered", tags=["student:s1"])])
+        async for event in store.read(Query.for_tags("student:s1")):
+            ...
+        async for event in store.subscribe(Query.all()):
+            ...
+
+Nothing blocks the event loop: appends are handed to the store's writer without waiting
+(`Store.submit`) and their answers come back to the loop through `call_soon_threadsafe`, so many
+concurrent appends share one group commit and one fsync; opening, closing, reads and waits for
+subscriptions run on worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Optional, Union
+
+from lapilli._lapilli import AppendCondition, AppendResult, Event, PendingAppend, Query
+from lapilli._lapilli import ReadResult as _ReadResult
+from lapilli._lapilli import SequencedEvent
+from lapilli._lapilli import Store as _Store
+from lapilli._lapilli import Subscription as _Subscription
+
+__all__ = ["AsyncReadResult", "AsyncSubscription", "Store"]
+
+#: Events fetched per worker-thread hop when iterating reads and subscriptions.
+BATCH = 1024
+
+
+def _settle(future: asyncio.Future[AppendResult], pending: PendingAppend) -> None:
+    if future.done():  # cancelled by the awaiting task; the append still happened (or not)
+        return
+    try:
+        future.set_result(pending.result())
+    except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
+        future.set_exception(error)
+
+
+class Store:
+    """An open store for asyncio code. Create with `await Store.open(...)`; use `async with`."""
+
+    def __init__(self, store: _Store) -> None:
+        self._store = store
+
+    @classmethod
+    async def open(
+        cls,
+        path: Union[str, os.PathLike[str]],
+        *,
+        durability: str = "fsync",
+        segment_size: Optional[int] = None,
+        max_event_bytes: Optional[int] = None,
+    ) -> Store:
+        """Opens (creating if missing) the store in `path`; recovery runs off the event loop."""
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(
+            None,
+            lambda: _Store.open(
+                path,
+                durability=durability,
+                segment_size=segment_size,
+                max_event_bytes=max_event_bytes,
+            ),
+        )
+        return cls(store)
+
+    @property
+    def sync(self) -> _Store:
+        """The underlying blocking `lapilli.Store` (shared, not a copy)."""
+        return self._store
+
+    def head(self) -> int:
+        """The last committed position (cheap: no I/O)."""
+        return self._store.head()
+
+    async def append(
+        self, events: Iterable[Event], condition: Optional[AppendCondition] = None
+    ) -> AppendResult:
+        """Appends like `lapilli.Store.append`, without blocking the loop while it commits."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[AppendResult] = loop.create_future()
+        pending = self._store.submit(events, condition)
+
+        def answered() -> None:  # runs on lapilli's completion thread (or here, if done)
+            try:
+                loop.call_soon_threadsafe(_settle, future, pending)
+            except RuntimeError:  # the loop was closed meanwhile: nobody is waiting
+                pass
+
+        pending.add_done_callback(answered)
+        return await future
+
+    def read(
+        self,
+        query: Query,
+        *,
+        after: int = 0,
+        until: Optional[int] = None,
+        limit: Optional[int] = None,
+        backwards: bool = False,
+    ) -> AsyncReadResult:
+        """The events matching `query`, like `lapilli.Store.read`: `async for` them, or
+        `await` the result first to get `head` (the read is then pinned)."""
+        return AsyncReadResult(
+            lambda: self._store.read(
+                query, after=after, until=until, limit=limit, backwards=backwards
+            )
+        )
+
+    def subscribe(self, query: Query, *, after: int = 0) -> AsyncSubscription:
+        """Every event matching `query` after `after`, history then live: `async for` it."""
+        return AsyncSubscription(self._store.subscribe(query, after=after))
+
+    async def close(self) -> None:
+        """Closes the store (flushes; ends subscriptions) off the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self._store.close)
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"aio.{self._store!r}"
+
+
+class AsyncReadResult:
+    """A read for asyncio: `await` it (starts the read, pins `head`), `async for` it, or
+    `await result.to_list()`."""
+
+    def __init__(self, start: object) -> None:
+        self._start = start
+        self._result: Optional[_ReadResult] = None
+        self._buffer: list[SequencedEvent] = []
+        self._index = 0
+
+    async def _started(self) -> _ReadResult:
+        if self._result is None:
+            # A read starts with a snapshot (microseconds); done inline so `head` is the head
+            # at the moment of the call, not whenever a worker thread gets to it.
+            self._result = self._start()  # type: ignore[operator]
+        return self._result
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        async def started() -> AsyncReadResult:
+            await self._started()
+            return self
+
+        return started().__await__()
+
+    @property
+    def head(self) -> int:
+        """The store head pinned when the read began (await the result first)."""
+        if self._result is None:
+            raise RuntimeError("the read has not started: await it (or iterate it) first")
+        return self._result.head
+
+    def __aiter__(self) -> AsyncReadResult:
+        return self
+
+    async def __anext__(self) -> SequencedEvent:
+        if self._index >= len(self._buffer):
+            result = await self._started()
+            loop = asyncio.get_running_loop()
+            self._buffer = await loop.run_in_executor(None, result.next_batch, BATCH)
+            self._index = 0
+            if not self._buffer:
+                raise StopAsyncIteration
+        event = self._buffer[self._index]
+        self._index += 1
+        return event
+
+    async def to_list(self) -> list[SequencedEvent]:
+        """Every remaining event."""
+        result = await self._started()
+        rest = self._buffer[self._index :]
+        self._buffer, self._index = [], 0
+        return rest + await asyncio.get_running_loop().run_in_executor(None, result.to_list)
+
+
+class AsyncSubscription:
+    """A subscription for asyncio: `async for event in sub`, `await sub.next(timeout)`,
+    `await sub.next_batch(max, timeout)`; `close()` (or leaving `async with`) ends it.
+
+    Waiting happens on a worker thread of its own (one per subscription), never on the loop, in
+    slices of at most `SLICE` seconds so that an abandoned subscription never keeps the
+    interpreter from exiting. A cancelled wait loses nothing: what it fetched is delivered by
+    the next call."""
+
+    SLICE = 0.5
+
+    def __init__(self, subscription: _Subscription) -> None:
+        self._sub = subscription
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="lapilli-subscription"
+        )
+        self._inflight: Optional[concurrent.futures.Future[Optional[list[SequencedEvent]]]] = None
+        self._buffer: list[SequencedEvent] = []
+        self._delivered = subscription.position
+        self._ended = False
+
+    @property
+    def sync(self) -> _Subscription:
+        """The underlying blocking `lapilli.Subscription`."""
+        return self._sub
+
+    @property
+    def caught_up(self) -> bool:
+        """True when everything committed so far has been delivered to this consumer."""
+        inflight = self._inflight
+        if inflight is not None and inflight.done() and not inflight.cancelled():
+            if inflight.exception() is None and inflight.result():
+                return False
+        return not self._buffer and self._sub.caught_up
+
+    @property
+    def position(self) -> int:
+        """The last position delivered to this consumer: subscribe with `after=` it to resume."""
+        return self._delivered
+
+    @property
+    def closed(self) -> bool:
+        return self._sub.closed
+
+    async def _fill(self, timeout: Optional[float]) -> bool:
+        """Makes the buffer non-empty; False if the timeout passed or the subscription ended."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not self._buffer and not self._ended:
+            if self._inflight is None or self._inflight.cancelled():
+                wait = self.SLICE if deadline is None else max(0.0, min(self.SLICE, deadline - loop.time()))
+                self._inflight = self._executor.submit(self._sub.next_batch, BATCH, wait)
+            # shield: cancelling the awaiting task must not cancel the fetch, whose events
+            # then wait in `_inflight` for the next call.
+            batch = await asyncio.shield(asyncio.wrap_future(self._inflight))
+            self._inflight = None
+            if batch is None:
+                self._ended = True
+            elif batch:
+                self._buffer.extend(batch)
+            elif deadline is not None and loop.time() >= deadline:
+                return False
+        return bool(self._buffer)
+
+    def _take(self, max: int) -> list[SequencedEvent]:
+        batch, self._buffer = self._buffer[:max], self._buffer[max:]
+        if batch:
+            self._delivered = batch[-1].position
+        return batch
+
+    async def next_batch(
+        self, max: int = BATCH, timeout: Optional[float] = None
+    ) -> Optional[list[SequencedEvent]]:
+        """Up to `max` events: non-empty, empty if `timeout` seconds passed, None once ended."""
+        if max < 1:
+            raise ValueError(f"max is {max}; a batch holds at least one event")
+        if await self._fill(timeout):
+            return self._take(max)
+        return None if self._ended else []
+
+    async def next(self, timeout: Optional[float] = None) -> Optional[SequencedEvent]:
+        """The next event, or None if the timeout passed or the subscription ended."""
+        batch = await self.next_batch(1, timeout)
+        return batch[0] if batch else None
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> SequencedEvent:
+        if await self._fill(None):
+            return self._take(1)[0]
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        """Ends the subscription; a pending wait wakes and ends. Safe to call twice."""
+        self._sub.close()
+        self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
