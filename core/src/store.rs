@@ -384,7 +384,13 @@ impl Store {
         let _ = thread.join();
         // The writer dropped the sealer's queue: the sealer finishes what it has and stops.
         let _ = sealer.join();
-        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(lock) = self.lock.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            // Unlock explicitly rather than only by closing the descriptor: a child that another
+            // thread forks meanwhile shares the lock's open file description until it execs, and
+            // would hold the lock past our close (a reopen right after would get StoreLocked).
+            // SAFETY: plain syscall on a descriptor we own.
+            unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&lock), libc::LOCK_UN) };
+        }
         Ok(())
     }
 }
