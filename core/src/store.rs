@@ -256,6 +256,14 @@ impl Store {
         self.published.set_planner(planner);
     }
 
+    /// How many group commits this handle has written: one write, and with `fsync` durability
+    /// one fsync, each (a group that rolls over to a new segment counts twice). For tests that
+    /// show concurrent appends share fsyncs.
+    #[doc(hidden)]
+    pub fn group_commits(&self) -> u64 {
+        self.published.commit_groups.load(Ordering::Relaxed)
+    }
+
     /// Blocks until every sealed segment's index file is built and published, for tests.
     #[doc(hidden)]
     pub fn wait_for_sealing(&self) {

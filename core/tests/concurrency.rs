@@ -7,7 +7,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use common::buffered;
-use lapilli_core::{AppendCondition, ErrorKind, Event, Position, Query, QueryItem, ReadOptions, Store};
+use lapilli_core::{AppendCondition, Durability, ErrorKind, Event, Options, Position, Query, QueryItem, ReadOptions, Store};
 
 fn open(dir: &std::path::Path) -> Arc<Store> {
     Arc::new(Store::open(dir, buffered(1 << 20)).unwrap())
@@ -90,7 +90,8 @@ fn disjoint_guards_all_succeed_even_when_they_share_a_group() {
     const THREADS: usize = 32;
     const APPENDS: usize = 25;
     let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+    // fsync durability, so that requests pile up behind each fsync and share groups.
+    let store = Arc::new(Store::open(dir.path(), Options { durability: Durability::Fsync, ..buffered(1 << 20) }).unwrap());
     let barrier = Arc::new(Barrier::new(THREADS));
     let handles: Vec<_> = (0..THREADS)
         .map(|i| {
@@ -120,6 +121,8 @@ fn disjoint_guards_all_succeed_even_when_they_share_a_group() {
         h.join().unwrap();
     }
     assert_eq!(store.head().unwrap().get(), (THREADS * APPENDS) as u64);
+    // Some groups held several of these requests, so the staged-events check really ran.
+    assert!(store.group_commits() < (THREADS * APPENDS) as u64, "{} groups", store.group_commits());
     for i in 0..THREADS {
         let mine = store.read(&Query::for_tags([format!("own:{i}")]), ReadOptions::default()).unwrap().collect_all().unwrap();
         let counts: Vec<u32> = mine.iter().map(|e| u32::from_le_bytes(e.data[..].try_into().unwrap())).collect();
@@ -220,4 +223,37 @@ fn read_decide_append_loops_lose_no_update() {
     assert_eq!(total, THREADS * INCREMENTS);
     // Contention was real: some decisions had to be retried.
     assert!(conflicts > 0);
+}
+
+#[test]
+fn concurrent_fsync_appends_share_group_commits() {
+    const THREADS: usize = 32;
+    const APPENDS: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), Options { durability: Durability::Fsync, ..buffered(1 << 20) }).unwrap());
+    assert_eq!(store.group_commits(), 0);
+    store.append(vec![Event::new("Alone", ["a"], vec![])], None).unwrap();
+    assert_eq!(store.group_commits(), 1, "one append alone is one group");
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                for n in 0..APPENDS {
+                    store.append(vec![Event::new("E", [format!("t:{t}")], vec![n as u8])], None).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let appends = (THREADS * APPENDS) as u64;
+    let groups = store.group_commits() - 1;
+    assert_eq!(store.head().unwrap().get(), appends + 1);
+    // Each thread waits for its fsync before its next append, so while one group syncs the
+    // others queue up: far fewer fsyncs than appends.
+    assert!(groups * 4 <= appends, "{groups} group commits for {appends} appends");
+    eprintln!("{groups} group commits for {appends} fsync appends from {THREADS} threads");
 }

@@ -34,6 +34,8 @@ pub(crate) struct Published {
     planner: AtomicU8,
     /// Sealed segments whose index file is not published yet.
     pub sealing: AtomicU64,
+    /// Batches of appends written with one write (and one fsync): a statistic for tests.
+    pub commit_groups: AtomicU64,
 }
 
 impl Published {
@@ -45,6 +47,7 @@ impl Published {
             closed: AtomicBool::new(false),
             planner: AtomicU8::new(0),
             sealing: AtomicU64::new(0),
+            commit_groups: AtomicU64::new(0),
         }
     }
 

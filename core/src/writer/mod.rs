@@ -237,6 +237,7 @@ impl Writer {
                 return;
             }
         }
+        self.published.commit_groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let segment_offset = self.active.end;
         let segment_base = self.active_entry.base;
         for (i, &frame) in staged.event_frames.iter().enumerate() {
