@@ -1,0 +1,280 @@
+package dev.lapilli
+
+import com.fasterxml.jackson.databind.JsonNode
+import com.fasterxml.jackson.databind.ObjectMapper
+import kotlinx.coroutines.CoroutineStart
+import kotlinx.coroutines.async
+import kotlinx.coroutines.awaitAll
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.DynamicTest
+import org.junit.jupiter.api.TestFactory
+import java.io.File
+import java.nio.file.Files
+import kotlin.time.Duration.Companion.milliseconds
+
+/**
+ * Runs every scenario file in `tests/conformance` (format: `tests/README.md`), one dynamic test
+ * per file, named after the file; a failure names the file and the step index.
+ */
+class ConformanceTest {
+    private val dir: File = File(System.getProperty("lapilli.conformance.dir") ?: "../tests/conformance")
+
+    @TestFactory
+    fun scenarios(): List<DynamicTest> {
+        val files = dir.listFiles { f -> f.name.endsWith(".json") }?.sortedBy { it.name }
+            ?: error("no conformance directory at ${dir.absolutePath}")
+        check(files.isNotEmpty()) { "no scenarios in ${dir.absolutePath}" }
+        return files.map { file -> DynamicTest.dynamicTest(file.nameWithoutExtension) { Scenario(file).run() } }
+    }
+}
+
+private class StepFailure(message: String) : AssertionError(message)
+
+private fun fail(message: String): Nothing = throw StepFailure(message)
+
+private class Scenario(private val file: File) {
+    private val root: JsonNode = ObjectMapper().readTree(file)
+    private val dir = Files.createTempDirectory("lapilli-conformance-").toFile()
+    private var store: Store? = null
+    private val subscriptions = HashMap<String, Subscription>()
+
+    fun run() {
+        val steps = root.get("steps") ?: fail("${file.name}: no steps")
+        try {
+            steps.forEachIndexed { index, step ->
+                try {
+                    step(step)
+                } catch (e: StepFailure) {
+                    throw AssertionError("${file.name} step $index (${step.get("op")?.asText()}): ${e.message}")
+                } catch (e: LapilliException) {
+                    throw AssertionError("${file.name} step $index (${step.get("op")?.asText()}): unexpected $e", e)
+                }
+            }
+        } finally {
+            subscriptions.values.forEach { it.close() }
+            store?.close()
+            dir.deleteRecursively()
+        }
+    }
+
+    private fun store(): Store = store ?: fail("no store was opened before this step")
+
+    /** Runs [action]; with `expect_error`, checks it failed with that kind instead. */
+    private fun <T> outcome(step: JsonNode, action: () -> T): T? {
+        val want = step.get("expect_error")
+        if (want == null) return action()
+        val got = try {
+            action()
+        } catch (e: LapilliException) {
+            checkError(want, e)
+            return null
+        }
+        fail("expected ${want.get("kind").asText()}, but the step succeeded with $got")
+    }
+
+    private fun checkError(want: JsonNode, e: LapilliException) {
+        val kind = want.get("kind").asText()
+        if (e.code != kind) fail("expected $kind, got $e")
+        want.get("position")?.let { p ->
+            val got = when (e) {
+                is LapilliException.Conflict -> e.position
+                is LapilliException.AlreadyExists -> e.position
+                else -> null
+            }
+            if (got != p.asLong()) fail("expected error position ${p.asLong()}, got $got ($e)")
+        }
+        want.get("message_contains")?.let { m ->
+            if (e.message?.contains(m.asText()) != true) fail("message \"${e.message}\" lacks \"${m.asText()}\"")
+        }
+    }
+
+    private fun step(step: JsonNode) {
+        when (val op = step.get("op").asText()) {
+            "open" -> outcome(step) { store = Store.open(dir.path, options(step.get("options"))) }
+            "open_again" -> {
+                val second = outcome(step) { Store.open(dir.path, options(step.get("options"))) }
+                second?.close()
+            }
+            "close" -> store().close()
+            "reopen" -> {
+                store?.close()
+                outcome(step) { store = Store.open(dir.path, options(step.get("options"))) }
+            }
+            "head" -> outcome(step) { store().head() }?.let { expectLong(step.get("expect"), it, "head") }
+            "append" -> {
+                val result = outcome(step) { store().append(events(step.get("events")), condition(step.get("condition"))) }
+                if (result != null) {
+                    val want = step.get("expect") ?: return
+                    val wanted = AppendResult(want.get("first").asLong(), want.get("last").asLong())
+                    if (result != wanted) fail("expected $wanted, got $result")
+                }
+            }
+            "append_concurrent" -> appendConcurrent(step)
+            "read" -> read(step)
+            "subscribe" -> outcome(step) {
+                store().subscribe(query(step.get("query")), step.get("after")?.asLong() ?: 0)
+            }?.let { subscriptions[step.get("id").asText()] = it }
+            "next_batch" -> nextBatch(step)
+            "close_subscription" -> subscription(step).close()
+            else -> fail("unknown op $op")
+        }
+    }
+
+    private fun expectLong(want: JsonNode?, got: Long, what: String) {
+        if (want != null && want.asLong() != got) fail("$what: expected ${want.asLong()}, got $got")
+    }
+
+    /** All submitted before any is awaited, in list order: each coroutine starts undispatched,
+     * so its append reaches the writer before the next coroutine is created. */
+    private fun appendConcurrent(step: JsonNode) {
+        val appends = step.get("appends").map { Pair(events(it.get("events")), condition(it.get("condition"))) }
+        val s = store()
+        val outcomes: List<String> = runBlocking {
+            appends.map { (events, condition) ->
+                async(start = CoroutineStart.UNDISPATCHED) {
+                    try {
+                        s.appendAsync(events, condition)
+                        "ok"
+                    } catch (e: LapilliException) {
+                        e.code
+                    }
+                }
+            }.awaitAll()
+        }
+        val want = step.get("expect") ?: return
+        val ok = outcomes.count { it == "ok" }
+        if (ok != want.get("ok").asInt()) fail("expected ${want.get("ok")} ok, got $outcomes")
+        val wantErrors = want.get("errors")?.fields()?.asSequence()?.associate { it.key to it.value.asInt() } ?: emptyMap()
+        val gotErrors = outcomes.filter { it != "ok" }.groupingBy { it }.eachCount()
+        if (wantErrors.filterValues { it != 0 } != gotErrors) fail("expected errors $wantErrors, got $gotErrors")
+    }
+
+    private fun read(step: JsonNode) {
+        val options = ReadOptions(
+            after = step.get("after")?.asLong() ?: 0,
+            until = step.get("until")?.asLong(),
+            limit = step.get("limit")?.asLong(),
+            backwards = step.get("backwards")?.asBoolean() ?: false,
+        )
+        val (head, got) = outcome(step) {
+            store().read(query(step.get("query")), options).use { Pair(it.head, it.toList()) }
+        } ?: return
+        checkStoredShape(got)
+        val want = step.get("expect") ?: fail("missing expect")
+        val wantPositions = want.get("positions").map { it.asLong() }
+        val gotPositions = got.map { it.position }
+        if (gotPositions != wantPositions) fail("positions: expected $wantPositions, got $gotPositions")
+        expectLong(want.get("head"), head, "read head")
+        want.get("events")?.let { compareEvents(it, got) }
+    }
+
+    private fun nextBatch(step: JsonNode) {
+        val sub = subscription(step)
+        val got = outcome(step) {
+            Box(sub.nextBatch(step.get("max").asInt(), step.get("timeout_ms").asLong().milliseconds))
+        } ?: return
+        val want = step.get("expect") ?: fail("missing expect")
+        val batch = got.value
+        if (want.get("ended")?.asBoolean() == true) {
+            if (batch != null) fail("expected the end, got ${batch.map { it.position }}")
+            return
+        }
+        if (batch == null) fail("expected a batch, got the end of the subscription")
+        checkStoredShape(batch)
+        val wantPositions = want.get("positions").map { it.asLong() }
+        if (batch.map { it.position } != wantPositions) fail("positions: expected $wantPositions, got ${batch.map { it.position }}")
+        want.get("caught_up")?.let { if (sub.caughtUp != it.asBoolean()) fail("caught_up: expected $it, got ${sub.caughtUp}") }
+        expectLong(want.get("position"), sub.position, "subscription position")
+    }
+
+    private class Box<T>(val value: T)
+
+    private fun subscription(step: JsonNode): Subscription =
+        subscriptions[step.get("id").asText()] ?: fail("no subscription ${step.get("id")}")
+
+    /** What API.md promises of every returned event: tags sorted, `recordedAt` non-decreasing with position. */
+    private fun checkStoredShape(events: List<SequencedEvent>) {
+        for (e in events) if (e.tags != e.tags.sortedWith(::compareUtf8)) fail("tags not sorted: ${e.tags}")
+        val byPosition = events.sortedBy { it.position }
+        byPosition.zipWithNext { a, b ->
+            if (b.recordedAt < a.recordedAt) fail("recordedAt goes backwards at position ${b.position}")
+        }
+    }
+
+    private fun compareEvents(want: JsonNode, got: List<SequencedEvent>) {
+        if (want.size() != got.size) fail("expected ${want.size()} events, got ${got.size}")
+        want.forEachIndexed { i, w ->
+            val g = got[i]
+            w.get("position")?.let { if (it.asLong() != g.position) fail("event $i: position ${g.position}, expected $it") }
+            w.get("type")?.let { if (string(it) != g.type) fail("event $i: type ${g.type}, expected ${string(it)}") }
+            val tags = w.get("tags")?.map(::string) ?: emptyList()
+            if (tags != g.tags) fail("event $i: tags ${g.tags}, expected $tags")
+            val data = w.get("data")?.let(::data) ?: ByteArray(0)
+            if (!data.contentEquals(g.data)) fail("event $i: data differs (${g.data.size} bytes, expected ${data.size})")
+        }
+    }
+
+    private fun options(node: JsonNode?): Options {
+        var options = Options()
+        if (node == null) return options
+        node.get("durability")?.let {
+            options = options.copy(durability = when (it.asText()) {
+                "fsync" -> Durability.FSYNC
+                "buffered" -> Durability.BUFFERED
+                else -> fail("unknown durability $it")
+            })
+        }
+        node.get("segment_size")?.let { options = options.copy(segmentSize = it.asLong()) }
+        node.get("max_event_bytes")?.let { options = options.copy(maxEventBytes = it.asLong()) }
+        return options
+    }
+
+    private fun string(node: JsonNode): String =
+        if (node.isTextual) node.asText() else node.get("repeat").asText().repeat(node.get("times").asInt())
+
+    private fun data(node: JsonNode): ByteArray = when {
+        node.isTextual -> node.asText().encodeToByteArray()
+        node.has("hex") -> node.get("hex").asText().chunked(2).map { it.toInt(16).toByte() }.toByteArray()
+        node.has("fill") -> ByteArray(node.get("len").asInt()) { node.get("fill").asInt().toByte() }
+        else -> fail("bad data $node")
+    }
+
+    private fun events(node: JsonNode): List<Event> = node.map { e ->
+        Event(
+            string(e.get("type")),
+            e.get("tags")?.map(::string) ?: emptyList(),
+            e.get("data")?.let(::data) ?: ByteArray(0),
+        )
+    }
+
+    private fun query(node: JsonNode): Query =
+        if (node.isTextual && node.asText() == "all") {
+            Query.all()
+        } else {
+            Query.of(node.get("items").map { item ->
+                QueryItem(
+                    types = item.get("types")?.map(::string) ?: emptyList(),
+                    tags = item.get("tags")?.map(::string) ?: emptyList(),
+                )
+            })
+        }
+
+    private fun condition(node: JsonNode?): AppendCondition? = node?.let {
+        AppendCondition(
+            failIfEventsMatch = query(it.get("fail_if_events_match")),
+            after = it.get("after")?.takeUnless(JsonNode::isNull)?.asLong(),
+            failIfExists = it.get("fail_if_exists")?.takeUnless(JsonNode::isNull)?.let(::query),
+        )
+    }
+}
+
+/** Bytewise UTF-8 order, which is how the engine sorts tags. */
+internal fun compareUtf8(a: String, b: String): Int {
+    val x = a.encodeToByteArray()
+    val y = b.encodeToByteArray()
+    for (i in 0 until minOf(x.size, y.size)) {
+        val c = (x[i].toInt() and 0xff) - (y[i].toInt() and 0xff)
+        if (c != 0) return c
+    }
+    return x.size - y.size
+}
