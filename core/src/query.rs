@@ -31,6 +31,38 @@ impl QueryItem {
 /// What a read, subscription or append condition selects. `All` matches every event; `Items`
 /// matches an event when any item does. Built with [`Query::all`], [`Query::of`],
 /// [`Query::for_tags`] and [`Query::for_types`]; checked (never guessed at) when used.
+///
+/// ```
+/// use lapilli_core::{Durability, Event, Options, Query, QueryItem, ReadOptions, Store};
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = Store::open(dir.path(), Options { durability: Durability::Buffered, ..Options::default() })?;
+/// store.append(
+///     vec![
+///         Event::new("CourseDefined", ["course:c1"], vec![]),
+///         Event::new("StudentSubscribed", ["course:c1", "student:s1"], vec![]),
+///         Event::new("StudentSubscribed", ["course:c2", "student:s2"], vec![]),
+///     ],
+///     None,
+/// )?;
+/// // An event matches when any item does; within an item, the type is one of `types` and
+/// // every tag is among the event's tags.
+/// let query = Query::of([
+///     QueryItem::new(["CourseDefined"], ["course:c1"]),
+///     QueryItem::new(["StudentSubscribed"], ["student:s2"]),
+/// ]);
+/// let positions = store
+///     .read(&query, ReadOptions::default())?
+///     .map(|e| e.map(|e| e.position.get()))
+///     .collect::<Result<Vec<_>, _>>()?;
+/// assert_eq!(positions, [1, 3]);
+/// assert_eq!(store.read(&Query::for_tags(["course:c1", "student:s1"]), ReadOptions::default())?.count(), 1);
+/// assert_eq!(store.read(&Query::for_types(["StudentSubscribed"]), ReadOptions::default())?.count(), 2);
+/// // A query without items is refused, never read as "everything": say `Query::all()`.
+/// assert!(store.read(&Query::of([]), ReadOptions::default()).is_err());
+/// assert_eq!(store.read(&Query::all(), ReadOptions::default())?.count(), 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Query {
     All,

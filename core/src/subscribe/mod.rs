@@ -73,6 +73,30 @@ pub enum Next {
 
 /// A live, ordered feed of the events matching a query. `close()` may be called from any
 /// thread and wakes a blocked `next`. Dropping it closes it.
+///
+/// ```
+/// use std::time::Duration;
+/// use lapilli_core::{Event, Next, Options, Position, Query, Store};
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = Store::open(dir.path(), Options::default())?;
+/// store.append(vec![Event::new("Opened", ["account:a1"], vec![])], None)?;
+/// let sub = store.subscribe(&Query::for_tags(["account:a1"]), Position::ZERO)?;
+/// // History first...
+/// let Next::Event(first) = sub.next(Some(Duration::from_secs(5)))? else { panic!("no event") };
+/// assert_eq!(first.position.get(), 1);
+/// assert!(sub.caught_up());
+/// // ...then live commits, through the same loop.
+/// store.append(vec![Event::new("Deposited", ["account:a1"], b"10".to_vec())], None)?;
+/// let batch = sub.next_batch(100, Some(Duration::from_secs(5)))?.expect("still open");
+/// assert_eq!(batch[0].event_type, "Deposited");
+/// // The resume cursor: subscribe again with `after` = this to carry on.
+/// assert_eq!(sub.position().get(), 2);
+/// assert_eq!(sub.next(Some(Duration::from_millis(10)))?, Next::TimedOut);
+/// sub.close(); // from any thread: a consumer blocked in `next` wakes with `Ended`
+/// assert_eq!(sub.next(None)?, Next::Ended);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Subscription {
     published: Arc<Published>,
     query: Query,
