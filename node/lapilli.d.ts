@@ -119,7 +119,9 @@ export declare class Store {
   /** Opens (creating if missing) the store in `path`. Rejects with StoreLockedError if another
    * handle holds it. */
   static open(path: string, options?: OpenOptions): Promise<Store>
-  /** A read-only follower: not available in this version, rejects with ReadOnlyError. */
+  /** A read-only handle following a store another process may be writing; `append` on it
+   * rejects with ReadOnlyError. Where the engine has no followers yet, opening rejects with
+   * ReadOnlyError. */
   static openReadOnly(path: string): Promise<Store>
   /** The last committed position (0 for an empty store). */
   head(): number

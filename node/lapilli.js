@@ -221,10 +221,31 @@ class ReadResult {
     }
   }
 
-  async *[Symbol.asyncIterator]() {
-    for await (const batch of this.batches()) {
-      for (let i = 0; i < batch.length; i++) yield batch[i]
+  /** Events one by one. Hand-written rather than an async generator: one resolved Promise per
+   * event is all it costs between batches. */
+  [Symbol.asyncIterator]() {
+    const batches = this.batches()
+    let events = []
+    let next = 0
+    const iterator = {
+      next: () => {
+        if (next < events.length) return Promise.resolve({ value: events[next++], done: false })
+        return batches.next().then((step) => {
+          if (step.done) return { value: undefined, done: true }
+          events = step.value
+          next = 1
+          return { value: events[0], done: false }
+        })
+      },
+      return: () => {
+        events = []
+        return batches.return().then(() => ({ value: undefined, done: true }))
+      },
+      [Symbol.asyncIterator]() {
+        return iterator
+      },
     }
+    return iterator
   }
 }
 
@@ -383,7 +404,8 @@ class Store {
     return new Store(STORE_KEY, nativeStore)
   }
 
-  /** A read-only follower. Not available in this version: rejects with ReadOnlyError. */
+  /** A read-only handle (follower); appends on it reject with ReadOnlyError. Where the engine
+   * has no followers yet, opening itself rejects with ReadOnlyError. */
   static async openReadOnly(path) {
     checkPath(path)
     const nativeStore = await settle(native.openStoreReadOnly(path))

@@ -83,11 +83,12 @@ impl From<NativeQuery> for core::Query {
     }
 }
 
+/// Data is borrowed from the caller's Buffer/Uint8Array and copied once, on the JS thread.
 #[napi(object)]
-pub struct NativeEvent {
+pub struct NativeEvent<'env> {
     pub r#type: String,
     pub tags: Vec<String>,
-    pub data: Uint8Array,
+    pub data: Uint8ArraySlice<'env>,
 }
 
 #[napi(object)]
@@ -227,7 +228,8 @@ pub fn open_store(env: &Env, path: String, options: Option<NativeOptions>) -> Re
     }))
 }
 
-/// Read-only handles (followers) come with a later issue; the engine answers `ReadOnly`.
+/// A read-only handle (follower); the engine answers `ReadOnly` to appends on it, or to the
+/// open itself where it has no followers yet.
 #[napi]
 pub fn open_store_read_only(env: &Env, path: String) -> Result<PromiseRaw<'_, NativeStore>> {
     env.spawn_future(blocking(move || {
@@ -254,7 +256,7 @@ impl NativeStore {
     pub fn append<'env>(
         &self,
         env: &'env Env,
-        events: Vec<NativeEvent>,
+        events: Vec<NativeEvent<'env>>,
         condition: Option<NativeCondition>,
     ) -> Result<PromiseRaw<'env, AppendOutcome>> {
         let events: Vec<core::Event> = events
