@@ -7,9 +7,14 @@ use std::time::Duration;
 
 use common::{Rng, buffered};
 use lapilli_core::{
-    AppendCondition, AppendResult, Durability, ErrorKind, Event, Options, PendingAppend, Position, Query, QueryItem,
-    ReadOptions, SequencedEvent, Store, Subscription,
+    AppendCondition, AppendResult, Durability, ErrorKind, Event, Options, PendingAppend, Planner, Position, Query,
+    QueryItem, ReadOptions, SequencedEvent, Store, Subscription,
 };
+
+/// The index planner is part of what is under test: postings, scans, and the choice between.
+fn random_planner(rng: &mut Rng) -> Planner {
+    *rng.pick(&[Planner::Auto, Planner::ForceIndex, Planner::ForceScan])
+}
 
 const TYPES: [&str; 5] = ["A", "B", "C", "Registered", "Renamed"];
 const TAGS: [&str; 8] = ["t0", "t1", "t2", "t3", "course:c1", "course:c2", "student:s1", "x"];
@@ -187,6 +192,7 @@ fn run(seed: u64, steps: usize, options: Options) -> Tally {
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path(), options.clone()).unwrap();
+    store.set_planner(random_planner(&mut rng));
     let mut model = Model { events: Vec::new() };
     let mut subs: Vec<LiveSubscription> = Vec::new();
     let (mut successes, mut reopens) = (0, 0);
@@ -256,6 +262,13 @@ fn run(seed: u64, steps: usize, options: Options) -> Tally {
                 let sub = store.subscribe(&query, Position(after)).unwrap();
                 subs.push(LiveSubscription { sub, query, cursor: after });
             }
+        } else if roll < 82 {
+            if rng.chance(50) {
+                store.set_planner(random_planner(&mut rng));
+            } else {
+                // Let the sealed segments' index files be built and used.
+                store.wait_for_sealing();
+            }
         } else if roll < 97 {
             if subs.is_empty() {
                 continue;
@@ -290,6 +303,7 @@ fn run(seed: u64, steps: usize, options: Options) -> Tally {
                 assert!(s.sub.next_batch(5, Some(Duration::ZERO)).unwrap().is_none(), "{what}: subscription outlived its store");
             }
             store = Store::open(dir.path(), options.clone()).unwrap();
+            store.set_planner(random_planner(&mut rng));
             reopens += 1;
             assert_eq!(store.recovery().torn_tail, None, "{what}");
             assert_eq!(store.head().unwrap().get(), model.head(), "{what}: head after reopen");
