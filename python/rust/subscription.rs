@@ -49,6 +49,11 @@ impl Subscription {
             };
             let step = detached(py, || {
                 let mut buffer = lock(&self.buffer);
+                if self.inner.is_closed() {
+                    // Closed means ended, even with fetched events not yet handed out.
+                    buffer.clear();
+                    return Ok(None);
+                }
                 if buffer.is_empty() {
                     match self.inner.next_batch(fetch.max(max), Some(slice))? {
                         None => return Ok(None),
