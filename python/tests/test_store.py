@@ -1,5 +1,6 @@
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -70,9 +71,25 @@ def test_second_open_is_store_locked(tmp_path):
             Store.open(tmp_path / "s")
 
 
-def test_open_read_only_raises_read_only_until_followers_exist(tmp_path):
-    with pytest.raises(ReadOnlyError, match="not available"):
-        Store.open_read_only(tmp_path)
+def test_open_read_only_follows_or_refuses_clearly(tmp_path):
+    """Before followers exist in the engine, open_read_only raises ReadOnlyError; once they do,
+    the handle follows the writer and refuses writes with ReadOnlyError. Never a wrong answer."""
+    with Store.open(tmp_path / "s", durability="buffered") as writer:
+        writer.append([ev("A")])
+        try:
+            reader = Store.open_read_only(tmp_path / "s")
+        except ReadOnlyError as error:
+            assert "not available" in str(error) and error.code == "READ_ONLY"
+            return
+        with reader:
+            writer.append([ev("B")])
+            deadline = time.monotonic() + 10
+            while reader.head() < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert [e.type for e in reader.read(Query.all())] == ["A", "B"]
+            with pytest.raises(ReadOnlyError):
+                reader.append([ev("C")])
+            assert writer.head() == 2
 
 
 def test_append_and_read_round_trip(store):
