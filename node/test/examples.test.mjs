@@ -93,3 +93,13 @@ test("examples/demo/2_node_reads.mjs tells student s1's history from a bounded r
   assert.equal(lines[5], 'The latest event about student s1 is a StudentSubscribedToCourse at position 5.')
   assert.equal(lines.at(-1), 'Node.js closed the store.')
 })
+
+test('the quickstart of node/README.md runs', async () => {
+  const readme = fs.readFileSync(path.join(repo, 'node', 'README.md'), 'utf8')
+  const code = /## Quickstart\n\n```js\n([\s\S]*?)```/.exec(readme)[1]
+  const cwd = tempDir()
+  const source = code.replace("from 'lapilli'", `from ${JSON.stringify(path.join(repo, 'node', 'lapilli.js'))}`)
+  const { stdout } = await run(process.execPath, ['--input-type=module', '-e', source], { cwd, timeout: 30000 })
+  assert.match(stdout, /^1 CourseDefined \[ 'course:c1' \] \{"capacity":30\}\nlive 1 CourseDefined\n$/)
+  assert.ok(fs.existsSync(path.join(cwd, 'events')))
+})
