@@ -13,6 +13,8 @@
 mod error;
 mod index;
 mod event;
+mod follow;
+mod open;
 pub mod log;
 mod position;
 mod query;

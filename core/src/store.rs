@@ -1,29 +1,22 @@
 //! The front door: opening (recovery, lock), appending, reading, subscribing, closing.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
-
-use arc_swap::ArcSwap;
 use std::thread::JoinHandle;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, encode_payload, encoded_len, validate_event};
-use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN, parse_segment_file_name};
-use crate::log::recovery::{ScanPoint, Tail, TornTail, scan_records};
-use crate::log::segment::{ActiveSegment, MappedSegment, check_header, create_segment, sync_dir};
+use crate::follow::Follower;
+use crate::index::{Planner, seal};
+use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN};
+use crate::log::recovery::TornTail;
+use crate::open::{recover, take_lock};
 use crate::position::Position;
 use crate::query::Query;
-use crate::event::EventView;
-use crate::index::file::{self as index_file, IndexFile, index_path};
-use crate::index::tail::TailIndex;
-use crate::index::{Planner, SegmentIndex, seal};
-use crate::read::{Published, ReadOptions, ReadResult, SegmentEntry};
+use crate::read::{Published, ReadOptions, ReadResult};
 use crate::subscribe::Subscription;
 use crate::writer::reply::PendingAppend;
 use crate::writer::{AppendRequest, Command, Writer};
@@ -61,7 +54,6 @@ pub const MIN_SEGMENT_SIZE: u64 = 4096;
 pub const MAX_SEGMENT_SIZE: u64 = 64 << 30;
 /// Appends queued beyond this make callers wait (backpressure).
 const QUEUE_DEPTH: usize = 16 * 1024;
-const LOCK_FILE: &str = "LOCK";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -198,11 +190,19 @@ pub struct Store {
     path: PathBuf,
     options: Options,
     published: Arc<Published>,
-    queue: SyncSender<Command>,
-    /// The writer thread and the sealer thread it feeds.
-    writer: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
+    /// The writer's queue; None for a read-only handle.
+    queue: Option<SyncSender<Command>>,
+    /// The threads this handle runs, until it is closed.
+    threads: Mutex<Option<Threads>>,
     lock: Mutex<Option<File>>,
     recovery: RecoveryReport,
+}
+
+enum Threads {
+    /// The writer, and the sealer it feeds.
+    Writer { writer: JoinHandle<()>, sealer: JoinHandle<()> },
+    /// A read-only handle's poll thread.
+    Follower(JoinHandle<()>),
 }
 
 impl Store {
@@ -247,23 +247,39 @@ impl Store {
             path,
             options,
             published,
-            queue,
-            writer: Mutex::new(Some((thread, sealer))),
+            queue: Some(queue),
+            threads: Mutex::new(Some(Threads::Writer { writer: thread, sealer })),
             lock: Mutex::new(Some(lock)),
             recovery,
         })
     }
 
-    /// A read-only handle that follows a store another process may be writing. Not available in
-    /// this version: it fails rather than give a stale answer.
+    /// A read-only handle (a follower) on the store in `path`, which another process may be
+    /// writing, or nobody. It never takes the lock, never writes a byte and never blocks the
+    /// writer; it sees whole committed batches only, and follows new commits (reads, `head()`
+    /// and subscriptions see them within a few milliseconds). `append` fails with `ReadOnly`.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
-        Err(Error::new(
-            ErrorKind::ReadOnly,
-            format!(
-                "read-only handles (followers) are not available in this version; cannot open {} read-only",
-                path.as_ref().display()
-            ),
-        ))
+        let path = path.as_ref().to_path_buf();
+        let published = Arc::new(Published::new());
+        let (follower, recovery) = Follower::open(&path, published.clone())?;
+        let thread = std::thread::Builder::new()
+            .name("lapilli-follower".into())
+            .spawn(move || follower.run())
+            .map_err(|e| Error::io("cannot start the follower thread", &e))?;
+        Ok(Store {
+            path,
+            options: Options::default(),
+            published,
+            queue: None,
+            threads: Mutex::new(Some(Threads::Follower(thread))),
+            lock: Mutex::new(None),
+            recovery,
+        })
+    }
+
+    /// Whether this handle was opened with [`Store::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.queue.is_none()
     }
 
     pub fn path(&self) -> &Path {
@@ -335,7 +351,9 @@ impl Store {
             reply,
         };
         // A send after the writer stopped drops the request, whose reply answers `Closed`.
-        let _ = self.queue.send(Command::Append(request));
+        if let Some(queue) = &self.queue {
+            let _ = queue.send(Command::Append(request));
+        }
         pending
     }
 
@@ -347,6 +365,15 @@ impl Store {
     ) -> Result<AppendRequestParts> {
         let fail = Err;
         self.ensure_open()?;
+        if self.queue.is_none() {
+            return fail(Error::new(
+                ErrorKind::ReadOnly,
+                format!(
+                    "store {} is open read-only; append through the handle that holds it writable",
+                    self.path.display()
+                ),
+            ));
+        }
         if events.is_empty() {
             return fail(Error::invalid("events is empty; an append needs at least one event"));
         }
@@ -407,15 +434,25 @@ impl Store {
     /// Answers every queued append, stops the writer, fsyncs, ends every subscription and
     /// releases the lock. Idempotent; also done on drop.
     pub fn close(&self) -> Result<()> {
-        let Some((thread, sealer)) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(threads) = self.threads.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return Ok(());
         };
         self.published.closed.store(true, Ordering::Release);
         self.published.notifier.notify();
-        let _ = self.queue.send(Command::Shutdown);
-        let _ = thread.join();
-        // The writer dropped the sealer's queue: the sealer finishes what it has and stops.
-        let _ = sealer.join();
+        match threads {
+            Threads::Writer { writer, sealer } => {
+                if let Some(queue) = &self.queue {
+                    let _ = queue.send(Command::Shutdown);
+                }
+                let _ = writer.join();
+                // The writer dropped the sealer's queue: the sealer finishes what it has and stops.
+                let _ = sealer.join();
+            }
+            Threads::Follower(follower) => {
+                follower.thread().unpark();
+                let _ = follower.join();
+            }
+        }
         if let Some(lock) = self.lock.lock().unwrap_or_else(|p| p.into_inner()).take() {
             // Unlock explicitly rather than only by closing the descriptor: a child that another
             // thread forks meanwhile shares the lock's open file description until it execs, and
@@ -440,192 +477,3 @@ struct AppendRequestParts {
     condition: Option<AppendCondition>,
 }
 
-/// Takes the store's exclusive lock (an `flock` on `LOCK`, which the kernel drops if the
-/// process dies) and writes our pid into it for the next opener's message.
-fn take_lock(dir: &Path) -> Result<File> {
-    let path = dir.join(LOCK_FILE);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
-    // SAFETY: plain syscall on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            let who = if holder.is_empty() { "another handle".to_string() } else { format!("process {holder}") };
-            return Err(Error::new(
-                ErrorKind::StoreLocked,
-                format!("store {} is locked by {who}", dir.display()),
-            ));
-        }
-        return Err(Error::io(format_args!("cannot lock {}", path.display()), &e));
-    }
-    let pid = std::process::id().to_string();
-    file.set_len(0)
-        .and_then(|_| file.write_all_at(pid.as_bytes(), 0))
-        .and_then(|_| file.flush())
-        .map_err(|e| Error::io(format_args!("cannot write {}", path.display()), &e))?;
-    Ok(file)
-}
-
-fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
-    let mut found = Vec::new();
-    let entries =
-        fs::read_dir(dir).map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
-        if let Some(base) = entry.file_name().to_str().and_then(parse_segment_file_name) {
-            found.push((base, entry.path()));
-        }
-    }
-    found.sort();
-    Ok(found)
-}
-
-/// Recovers the log in `dir` into `published`; returns the writer's active segment.
-///
-/// Sealed segments are not read: their index files (verified by checksum, and matched against
-/// the next segment's base) give offsets, types and postings. Only the active segment is
-/// scanned. A sealed segment whose index file is missing, damaged or mismatched is scanned and
-/// its index file rebuilt; if the scan finds damage, the store refuses to open.
-fn recover(dir: &Path, options: &Options, published: &Published) -> Result<Recovered> {
-    let mut segments = list_segments(dir)?;
-    let mut report = RecoveryReport::default();
-    if segments.is_empty() {
-        create_segment(dir, 1, options.segment_size)?;
-        segments = list_segments(dir)?;
-    }
-    let count = segments.len();
-    let mut next_position = 1u64;
-    let mut rebuilt: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    for number in 0..count - 1 {
-        let (base, path) = &segments[number];
-        let (base, next_base) = (*base, segments[number + 1].0);
-        if base != next_position {
-            return Err(Error::corruption(format!(
-                "segment {} starts at position {base}; the log before it ends at {}",
-                path.display(),
-                next_position - 1
-            )));
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .open(path)
-            .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
-        let log = MappedSegment::map(path, &file)?;
-        let index = match IndexFile::open(&index_path(path), base) {
-            // Matched without reading the log: the next segment's base, and the log's length.
-            Ok(index) if base + index.count == next_base && index.log_end <= log.bytes().len() as u64 => index,
-            _ => {
-                let (bytes, end) = seal::encode(log.bytes(), base, path)?;
-                report.scanned_log_bytes += log.bytes().len() as u64;
-                if end != next_base {
-                    return Err(Error::corruption(format!(
-                        "sealed segment {} ends at position {}; the next segment starts at {next_base}",
-                        path.display(),
-                        end - 1
-                    )));
-                }
-                let index = IndexFile::from_bytes(&bytes, base)?;
-                // Written only once the whole log has recovered: a refused open changes nothing.
-                rebuilt.push((index_path(path), bytes));
-                index
-            }
-        };
-        next_position = next_base;
-        published.add_segment(Arc::new(SegmentEntry {
-            base,
-            path: path.clone(),
-            log,
-            index: ArcSwap::from_pointee(SegmentIndex::Sealed(Arc::new(index))),
-        }));
-    }
-
-    let (base, path) = segments.pop().expect("at least one segment");
-    if base != next_position {
-        return Err(Error::corruption(format!(
-            "segment {} starts at position {base}; the log before it ends at {}",
-            path.display(),
-            next_position - 1
-        )));
-    }
-    let open = |path: &Path| {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))
-    };
-    let mut file = open(&path)?;
-    let mut log = MappedSegment::map(&path, &file)?;
-    let header_crc = match check_header(log.bytes(), base, &path) {
-        Ok(crc) => crc,
-        Err(_) if log.bytes().get(HEADER_LEN..).is_some_and(|rest| rest.iter().all(|&b| b == 0)) => {
-            // Creation was interrupted before the header was durable, so no record can have
-            // been written into it: make it again.
-            drop(log);
-            drop(file);
-            fs::remove_file(&path).map_err(|e| Error::io(format_args!("cannot remove {}", path.display()), &e))?;
-            sync_dir(dir)?;
-            create_segment(dir, base, options.segment_size)?;
-            report.recreated_segment = Some(path.clone());
-            file = open(&path)?;
-            log = MappedSegment::map(&path, &file)?;
-            check_header(log.bytes(), base, &path)?
-        }
-        Err(err) => return Err(err),
-    };
-    let scan = scan_records(log.bytes(), ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
-    report.scanned_log_bytes += log.bytes().len() as u64;
-    if let Tail::Torn(torn) = &scan.tail {
-        // Zero the torn run so the tail reads clean. The chained CRC already keeps any byte we
-        // miss from being adopted by a later batch.
-        file.write_all_at(&vec![0u8; torn.bytes], torn.offset as u64)
-            .and_then(|_| file.sync_data())
-            .map_err(|e| Error::io(format_args!("cannot cut back {}", path.display()), &e))?;
-        report.torn_tail = Some(torn.clone());
-    }
-    for (path, bytes) in rebuilt {
-        index_file::write(&path, &bytes)?;
-        report.rebuilt_indexes.push(path);
-    }
-    let tail = Arc::new(TailIndex::new());
-    for (i, &offset) in scan.event_offsets.iter().enumerate() {
-        let len = u32::from_le_bytes(log.bytes()[offset..offset + 4].try_into().unwrap()) as usize;
-        let payload = &log.bytes()[offset + FRAME_LEN..offset + FRAME_LEN + len];
-        let view = EventView::decode(Position(base + i as u64), payload)?;
-        tail.add(i as u32, offset as u64, &view);
-    }
-    let capacity = log.bytes().len() as u64;
-    let entry = Arc::new(SegmentEntry {
-        base,
-        path: path.clone(),
-        log,
-        index: ArcSwap::from_pointee(SegmentIndex::Tail(tail.clone())),
-    });
-    published.add_segment(entry.clone());
-    report.segments = count;
-    report.head = Position(scan.end.next_position - 1);
-    Ok(Recovered {
-        active: ActiveSegment { file, path, end: scan.end.offset as u64, chain: scan.end.chain, capacity },
-        entry,
-        tail,
-        report,
-        last_recorded_at: scan.last_recorded_at,
-    })
-}
-
-/// What recovery hands to the writer.
-struct Recovered {
-    active: ActiveSegment,
-    entry: Arc<SegmentEntry>,
-    tail: Arc<TailIndex>,
-    report: RecoveryReport,
-    last_recorded_at: u64,
-}

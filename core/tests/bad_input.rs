@@ -153,7 +153,18 @@ fn bad_options_and_read_only_are_refused() {
     let err = "sometimes".parse::<lapilli_core::Durability>().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("\"sometimes\""));
-    let err = Store::open_read_only(dir.path()).err().unwrap();
+    // A follower needs the directory to exist (it never creates anything)...
+    let missing = dir.path().join("missing");
+    let err = Store::open_read_only(&missing).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert!(err.message().contains(&missing.display().to_string()), "{err}");
+    assert!(!missing.exists());
+    // ...and refuses appends with ReadOnly, naming the store, leaving it unchanged.
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    let err = follower.append(vec![lapilli_core::Event::new("T", ["t"], vec![])], None).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ReadOnly);
     assert!(err.message().contains(&dir.path().display().to_string()));
+    assert_eq!(follower.head().unwrap().get(), 0);
+    follower.close().unwrap();
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "a follower wrote into the store");
 }

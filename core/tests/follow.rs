@@ -1,0 +1,209 @@
+//! Read-only followers: in this process, and following a writer in another process that is
+//! appending, rolling over, sealing, and being killed and restarted.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::fingerprint;
+use lapilli_core::{
+    AppendCondition, Durability, ErrorKind, Event, Next, Options, Position, Query, ReadOptions,
+    SequencedEvent, Store,
+};
+
+fn small() -> Options {
+    Options { durability: Durability::Buffered, segment_size: 4096, ..Options::default() }
+}
+
+/// Waits until `check` holds, for at most 10 s.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn follower_sees_commits_rollover_and_refuses_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), small()).unwrap();
+    // Opened before the store has any event.
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    assert!(follower.is_read_only());
+    assert_eq!(follower.head().unwrap(), Position(0));
+    let subscription = follower.subscribe(&Query::for_tags(["even"]), Position::ZERO).unwrap();
+
+    for i in 0..300u32 {
+        let tag = if i % 2 == 0 { "even" } else { "odd" };
+        writer.append(vec![Event::new("N", [tag], i.to_le_bytes().to_vec())], None).unwrap();
+    }
+    eventually("the follower to reach the writer's head", || follower.head().unwrap() == Position(300));
+    assert!(writer.recovery().segments == 1 && follower.recovery().segments >= 1);
+    let mine = writer.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    let theirs = follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(theirs, mine, "the follower reads what the writer wrote, across roll-overs");
+
+    let mut delivered = Vec::new();
+    while delivered.len() < 150 {
+        match subscription.next(Some(Duration::from_secs(5))).unwrap() {
+            Next::Event(e) => delivered.push(e.position.get()),
+            other => panic!("subscription on a follower answered {other:?}"),
+        }
+    }
+    assert_eq!(delivered, (1..=300).step_by(2).collect::<Vec<u64>>());
+
+    // Live: a new commit reaches a waiting subscriber within tens of milliseconds.
+    let started = Instant::now();
+    writer.append(vec![Event::new("N", ["even"], vec![])], None).unwrap();
+    match subscription.next(Some(Duration::from_secs(5))).unwrap() {
+        Next::Event(e) => assert_eq!(e.position, Position(301)),
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+
+    let before = follower.head().unwrap();
+    let err = follower.append(vec![Event::new("N", ["x"], vec![])], None).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReadOnly, "{err}");
+    assert!(err.message().contains(&dir.path().display().to_string()));
+    let err = follower
+        .append(vec![Event::new("N", ["x"], vec![])], Some(AppendCondition::new(Query::all())))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReadOnly);
+    assert_eq!(follower.head().unwrap(), before);
+    follower.close().unwrap();
+    assert_eq!(follower.head().unwrap_err().kind(), ErrorKind::Closed);
+    writer.close().unwrap();
+}
+
+#[test]
+fn a_follower_never_writes_a_byte_and_needs_no_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let writer = Store::open(dir.path(), small()).unwrap();
+        for i in 0..100u32 {
+            writer.append(vec![Event::new("N", [format!("k:{}", i % 3)], vec![1; 30])], None).unwrap();
+        }
+        writer.close().unwrap();
+    }
+    let before = fingerprint(dir.path());
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    let second = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(follower.head().unwrap(), Position(100));
+    let k1 = follower.read(&Query::for_tags(["k:1"]), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(k1.len(), 33);
+    assert_eq!(second.read(&Query::for_tags(["k:1"]), ReadOptions::default()).unwrap().collect_all().unwrap(), k1);
+    // The writer can still open while followers are there.
+    let writer = Store::open(dir.path(), small()).unwrap();
+    writer.close().unwrap();
+    follower.close().unwrap();
+    second.close().unwrap();
+    let mut after = fingerprint(dir.path());
+    // The writer's open rewrote its pid into LOCK; nothing else changed.
+    after.retain(|p, _| !p.ends_with("LOCK"));
+    let mut before = before;
+    before.retain(|p, _| !p.ends_with("LOCK"));
+    assert_eq!(after, before);
+
+    let missing = Store::open_read_only(dir.path().join("nothing-here")).err().unwrap();
+    assert_eq!(missing.kind(), ErrorKind::Io, "{missing}");
+}
+
+/// Child process entry: appends batches until killed. Batch `b` has `k = 1 + b % 4` events,
+/// each tagged `batch:b` with data `[b, i, k]` (u32s): a follower can check every batch whole.
+#[test]
+#[ignore = "entry point of the writer child process of the cross-process tests"]
+fn writer_child() {
+    let Some(dir) = std::env::var_os("LAPILLI_FOLLOW_DIR") else { return };
+    let store = Store::open(&dir, small()).expect("child open");
+    let mut batch = store.head().unwrap().get(); // resume numbering roughly where we stopped
+    loop {
+        let k = 1 + (batch % 4) as u32;
+        let events = (0..k)
+            .map(|i| {
+                let data = [batch as u32, i, k].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+                Event::new("Step", [format!("batch:{batch}")], data)
+            })
+            .collect();
+        store.append(events, None).expect("child append");
+        batch += 1;
+        if batch % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn start_writer(dir: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "writer_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("LAPILLI_FOLLOW_DIR", dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Every event read belongs to a batch that is entirely present, contiguous and in order.
+fn check_whole_batches(events: &[SequencedEvent]) {
+    let mut i = 0;
+    while i < events.len() {
+        let word = |e: &SequencedEvent, n: usize| u32::from_le_bytes(e.data[4 * n..4 * n + 4].try_into().unwrap());
+        let k = word(&events[i], 2) as usize;
+        assert_eq!(word(&events[i], 1), 0, "a batch starts with its first event at {}", events[i].position);
+        assert!(i + k <= events.len(), "batch at {} is cut short", events[i].position);
+        for j in 0..k {
+            assert_eq!(events[i + j].tags, events[i].tags, "batch at {} is mixed", events[i].position);
+            assert_eq!(word(&events[i + j], 1), j as u32);
+        }
+        i += k;
+    }
+    for (n, e) in events.iter().enumerate() {
+        assert_eq!(e.position, Position(n as u64 + 1), "positions are gapless");
+    }
+}
+
+#[test]
+fn follows_a_writer_process_through_rollover_kill_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let mut child = start_writer(dir.path());
+    eventually("the child to create the store", || dir.path().join("LOCK").exists());
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    let subscription = follower.subscribe(&Query::all(), Position::ZERO).unwrap();
+    let mut delivered: Vec<SequencedEvent> = Vec::new();
+    for round in 0..3 {
+        let target = follower.head().unwrap().get() + 400;
+        eventually("the writer child to make progress", || follower.head().unwrap().get() >= target);
+        let all = follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+        check_whole_batches(&all);
+        assert!(all.len() as u64 >= target);
+        while let Some(batch) = subscription.next_batch(1000, Some(Duration::from_millis(50))).unwrap() {
+            if batch.is_empty() {
+                break;
+            }
+            delivered.extend(batch);
+        }
+        // Kill the writer mid-flight, then start a new one that recovers and continues.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let head_at_kill = follower.head().unwrap().get();
+        child = start_writer(dir.path());
+        eventually("the restarted writer to append", || follower.head().unwrap().get() > head_at_kill + 20);
+        assert!(round < 3);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let all = follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    check_whole_batches(&all);
+    assert!(follower.recovery().segments >= 1);
+    check_whole_batches(&delivered[..delivered.len().min(all.len())]);
+    assert_eq!(&all[..delivered.len()], &delivered[..], "the subscription delivered what reads see");
+    // What the follower saw is exactly what a writer recovers.
+    follower.close().unwrap();
+    let writer = Store::open(dir.path(), small()).unwrap();
+    let recovered = writer.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert!(recovered.len() >= all.len());
+    assert_eq!(&recovered[..all.len()], &all[..]);
+    assert!(writer.recovery().segments > 3, "roll-overs happened: {:?}", writer.recovery());
+}
