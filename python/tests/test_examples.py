@@ -33,3 +33,12 @@ def test_demo_python_part(tmp_path):
     with Store.open(tmp_path / "demo") as store:
         events = store.read(Query.all()).to_list()
     assert [e.type for e in events] == ["CourseDefined"] + ["StudentRegistered"] * 3 + ["StudentSubscribedToCourse"] * 2
+
+
+def test_readme_quickstart_runs(tmp_path):
+    readme = (REPO / "python" / "README.md").read_text()
+    quickstart = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "quickstart.py"
+    script.write_text(quickstart + "\nwith Store.open('data/courses') as s:\n    assert s.head() == 2, s.head()\n")
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
