@@ -217,10 +217,22 @@ class StoreTest {
     }
 
     @Test
-    fun `openReadOnly raises ReadOnly in this version`() = withTempDir { dir ->
-        Store.open(dir, BUFFERED).use { it.append(ev("E")) }
-        val e = assertThrows<LapilliException.ReadOnly> { Store.openReadOnly(dir) }
-        assertEquals("READ_ONLY", e.code)
+    fun `openReadOnly follows a writer and refuses appends, or raises ReadOnly where followers are absent`() = withTempDir { dir ->
+        Store.open(dir, BUFFERED).use { writer ->
+            writer.append(listOf(ev("E", "a"), ev("E", "b")))
+            val reader = try {
+                Store.openReadOnly(dir)
+            } catch (e: LapilliException.ReadOnly) {
+                assertEquals("READ_ONLY", e.code) // an engine without followers
+                return@use
+            }
+            reader.use {
+                assertEquals(listOf(1L, 2L), it.read(Query.all()).map { e -> e.position }.toList())
+                assertThrows<LapilliException.ReadOnly> { it.append(ev("E")) }
+                assertThrows<LapilliException.ReadOnly> { runBlocking { it.appendAsync(ev("E")) } }
+            }
+            assertEquals(2, writer.head())
+        }
     }
 
     @Test
