@@ -29,10 +29,15 @@ function typeError(message) {
   return new TypeError(message)
 }
 
+/** Names what was passed, briefly, for a TypeError's message. */
 function describe(value) {
   if (value === null) return 'null'
+  if (value === undefined) return 'undefined'
   if (Array.isArray(value)) return 'an array'
-  return typeof value === 'object' ? 'an object' : `${typeof value} ${String(value)}`
+  if (typeof value === 'object') return 'an object'
+  if (typeof value === 'function') return 'a function'
+  if (typeof value === 'string') return `string ${JSON.stringify(value.length > 40 ? value.slice(0, 40) + '...' : value)}`
+  return `${typeof value} ${String(value)}`
 }
 
 function checkStrings(name, value) {
@@ -304,8 +309,11 @@ class Subscription {
   async nextBatch(max = SUBSCRIPTION_BATCH, timeoutMs) {
     checkNumber('max', max)
     checkNumber('timeoutMs', timeoutMs, true)
-    if (!(Number.isInteger(max) && max >= 1)) {
+    if (!(Number.isInteger(max) && max >= 1 && max <= 0xffffffff)) {
       throw errors.lapilliError('INVALID_ARGUMENT', `max is ${max}; a batch holds at least one event`)
+    }
+    if (timeoutMs !== undefined && !(timeoutMs >= 0)) {
+      throw errors.lapilliError('INVALID_ARGUMENT', `timeoutMs is ${timeoutMs}; it must be 0 or more (or omitted: wait as long as it takes)`)
     }
     let events
     if (this.#next < this.#buffer.length) {

@@ -166,3 +166,17 @@ test('a subscription waiting in for await ends when another task closes it, and 
   assert.equal(r.code, 0, r.err)
   assert.equal(r.out.trim(), 'ended 0')
 })
+
+test('a consumer waiting in for await keeps the process alive, as a socket would', async () => {
+  const dir = path.join(tempDir(), 'store')
+  const r = await runChild(
+    `${prelude}
+    const store = await Store.open(dir, { durability: 'buffered' });
+    console.log('waiting');
+    for await (const e of store.subscribe(Query.all())) console.log(e.position);`,
+    [dir],
+    1500,
+  )
+  assert.equal(r.signal, 'SIGKILL', `exited by itself (code ${r.code}) while a subscriber waited; ${r.err}`)
+  assert.equal(r.out.trim(), 'waiting')
+})
