@@ -6,3 +6,6 @@ cd "$(dirname "$0")/.."
 
 echo "== Rust: lapilli-core (unit, integration, conformance, doc tests)"
 cargo test -p lapilli-core
+
+echo "== Rust: crash and fault harness (20 kill cycles and every injected fault)"
+cargo test -p lapilli-core --features fault-injection --test crash

@@ -13,6 +13,8 @@
 mod error;
 mod index;
 mod event;
+#[doc(hidden)]
+pub mod fault;
 mod follow;
 mod open;
 pub mod log;

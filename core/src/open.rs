@@ -177,7 +177,9 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     let mut log = MappedSegment::map(&path, &file)?;
     let header_crc = match check_header(log.bytes(), base, &path) {
         Ok(crc) => crc,
-        Err(_) if log.bytes().get(HEADER_LEN..).is_some_and(|rest| rest.iter().all(|&b| b == 0)) => {
+        // A file shorter than a header, or with nothing but zeros after it, has had no record
+        // written into it.
+        Err(_) if log.bytes().get(HEADER_LEN..).unwrap_or_default().iter().all(|&b| b == 0) => {
             // Creation was interrupted before the header was durable, so no record can have
             // been written into it: make it again.
             drop(log);

@@ -191,6 +191,7 @@ pub fn write(path: &Path, bytes: &[u8]) -> Result<()> {
         let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
+        crate::fault::crash_point("index.before_rename");
         fs::rename(&tmp, path)
     })();
     result.map_err(|e| Error::io(format_args!("cannot write index {}", path.display()), &e))?;

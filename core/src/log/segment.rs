@@ -57,7 +57,9 @@ pub fn create_segment(dir: &Path, base: u64, size: u64) -> Result<(File, PathBuf
     let path = dir.join(segment_file_name(base));
     let result = (|| -> io::Result<File> {
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        crate::fault::io_point("segment.preallocate")?;
         preallocate(&file, size)?;
+        crate::fault::crash_point("segment.before_header");
         file.write_all_at(&encode_header(base), 0)?;
         file.sync_all()?;
         Ok(file)

@@ -221,7 +221,8 @@ impl Writer {
         if staged.answers.is_empty() {
             return;
         }
-        if let Err(e) = self.active.write_at_end(&staged.bytes) {
+        crate::fault::crash_point("commit.before_write");
+        if let Err(e) = self.write_group(&staged.bytes) {
             let err = Error::io(format_args!("cannot write to {}", self.active.path.display()), &e);
             // Rewind: the next batch is written at the same offset. Zero what may have landed
             // so the tail reads clean; if even that fails, stop writing until a reopen.
@@ -231,12 +232,14 @@ impl Writer {
             fail_all(staged.answers, &err);
             return;
         }
+        crate::fault::crash_point("commit.before_fsync");
         if self.durability == Durability::Fsync {
-            if let Err(e) = self.active.sync_data() {
+            if let Err(e) = crate::fault::io_point("commit.fsync").and_then(|_| self.active.sync_data()) {
                 self.fail_sync(&e, staged.answers);
                 return;
             }
         }
+        crate::fault::crash_point("commit.after_fsync");
         self.published.commit_groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let segment_offset = self.active.end;
         let segment_base = self.active_entry.base;
@@ -255,6 +258,21 @@ impl Writer {
         for (reply, result) in staged.answers {
             reply.send(Ok(result));
         }
+    }
+
+    /// One write of a whole group (the fault points stand for a crash or a device error in the
+    /// middle of it).
+    fn write_group(&self, bytes: &[u8]) -> std::io::Result<()> {
+        if crate::fault::hit("commit.torn_marker").is_some() {
+            // The last commit marker's length reaches the disk, its checksum and payload do not.
+            let _ = self.active.write_at_end(&bytes[..bytes.len() - MARKER_RECORD_LEN + 4]);
+            std::process::abort();
+        }
+        if let Err(e) = crate::fault::io_point("commit.short_write") {
+            let _ = self.active.write_at_end(&bytes[..bytes.len() / 2]);
+            return Err(e);
+        }
+        self.active.write_at_end(bytes)
     }
 
     /// A failed fsync poisons the writer. After it the kernel may have dropped the dirty pages

@@ -1,0 +1,99 @@
+//! Named crash points and I/O faults for the crash and fault tests.
+//!
+//! Compiled in only with the `fault-injection` feature; without it every hook is an inline
+//! function returning `None`, so release builds pay nothing. A fault is armed for a named point,
+//! fires once on the `skip + 1`th time the point is reached, and then disarms. Child processes
+//! arm faults from the `LAPILLI_FAULT` environment variable (`point:action[:skip]`, actions
+//! `abort`, `eio`, `enospc`).
+//!
+//! Points: `commit.before_write`, `commit.torn_marker` (writes the group but the last bytes of
+//! its final commit marker, then aborts), `commit.short_write` (writes half the group, then
+//! fails), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
+//! `segment.before_header`, `index.before_rename`.
+
+/// What an armed point does when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `std::process::abort()`: a crash at exactly this point.
+    Abort,
+    /// Fail the I/O operation at this point with this errno.
+    Errno(i32),
+}
+
+#[cfg(feature = "fault-injection")]
+mod armed {
+    use super::Fault;
+    use std::sync::Mutex;
+
+    struct Armed {
+        point: String,
+        fault: Fault,
+        skip: u32,
+    }
+
+    static ARMED: Mutex<Vec<Armed>> = Mutex::new(Vec::new());
+
+    /// Arms `fault` at `point`, to fire after the point was passed `skip` times.
+    pub fn arm(point: &str, fault: Fault, skip: u32) {
+        ARMED.lock().unwrap().push(Armed { point: point.to_owned(), fault, skip });
+    }
+
+    pub fn disarm_all() {
+        ARMED.lock().unwrap().clear();
+    }
+
+    /// Arms what `LAPILLI_FAULT` names (`point:action[:skip]`), if set.
+    pub fn arm_from_env() {
+        let Ok(spec) = std::env::var("LAPILLI_FAULT") else { return };
+        let mut parts = spec.split(':');
+        let point = parts.next().unwrap_or_default();
+        let fault = match parts.next() {
+            Some("abort") => Fault::Abort,
+            Some("eio") => Fault::Errno(libc::EIO),
+            Some("enospc") => Fault::Errno(libc::ENOSPC),
+            other => panic!("LAPILLI_FAULT: unknown action {other:?}"),
+        };
+        let skip = parts.next().map_or(0, |s| s.parse().expect("LAPILLI_FAULT: skip is a number"));
+        arm(point, fault, skip);
+    }
+
+    pub fn hit(point: &str) -> Option<Fault> {
+        let mut armed = ARMED.lock().unwrap();
+        let i = armed.iter().position(|a| a.point == point)?;
+        if armed[i].skip > 0 {
+            armed[i].skip -= 1;
+            return None;
+        }
+        Some(armed.remove(i).fault)
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+pub use armed::{arm, arm_from_env, disarm_all};
+
+#[cfg(feature = "fault-injection")]
+pub(crate) use armed::hit;
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn hit(_point: &str) -> Option<Fault> {
+    None
+}
+
+/// A crash point: aborts the process if armed with `Abort`.
+#[inline(always)]
+pub(crate) fn crash_point(point: &str) {
+    if let Some(Fault::Abort) = hit(point) {
+        std::process::abort();
+    }
+}
+
+/// An I/O point: fails with the armed errno, or aborts if armed with `Abort`.
+#[inline(always)]
+pub(crate) fn io_point(point: &str) -> std::io::Result<()> {
+    match hit(point) {
+        None => Ok(()),
+        Some(Fault::Abort) => std::process::abort(),
+        Some(Fault::Errno(errno)) => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}

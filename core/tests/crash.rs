@@ -1,0 +1,438 @@
+//! The crash and fault harness: a writer child process killed with SIGKILL at random moments,
+//! and named crash points and I/O faults (feature `fault-injection`), each followed by a reopen
+//! that must find every acknowledged event, whole batches only, and a working store.
+//!
+//! Quick run in the test command: `cargo test -p lapilli-core --features fault-injection --test
+//! crash`. Long run: `LAPILLI_CRASH_CYCLES=1000 cargo test --release -p lapilli-core --features
+//! fault-injection --test crash kill_loop -- --nocapture` (results in `tests/CRASH.md`).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::Rng;
+use lapilli_core::fault::{self, Fault};
+use lapilli_core::{
+    AppendCondition, Durability, ErrorKind, Event, Options, Planner, Position, Query, ReadOptions,
+    SequencedEvent, Store,
+};
+
+/// Faults are process-global: tests of this file run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn options() -> Options {
+    Options { durability: Durability::Fsync, segment_size: 8192, ..Options::default() }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Events in batch `seq` of writer `writer`: a pure function of the two.
+fn batch(writer: u32, seq: u32) -> Vec<Event> {
+    let k = 1 + (splitmix(((writer as u64) << 32) | seq as u64) % 3) as u32;
+    (0..k)
+        .map(|i| {
+            let h = splitmix(((writer as u64) << 40) ^ ((seq as u64) << 8) ^ i as u64);
+            let mut data: Vec<u8> = [writer, seq, i, k].iter().flat_map(|v| v.to_le_bytes()).collect();
+            data.extend((0..h % 64).map(|j| splitmix(h ^ j) as u8));
+            let mut tags = vec![format!("writer:{writer}"), format!("seq:{writer}:{seq}")];
+            if seq % 5 == 0 {
+                tags.push("shared".into());
+            }
+            Event::new(format!("W{}", writer % 3), tags, data)
+        })
+        .collect()
+}
+
+fn header(event: &SequencedEvent) -> Option<[u32; 4]> {
+    (event.event_type != "Check" && event.data.len() >= 16)
+        .then(|| std::array::from_fn(|n| u32::from_le_bytes(event.data[4 * n..4 * n + 4].try_into().unwrap())))
+}
+
+/// Child process entry: `writers` threads append numbered batches (every third one guarded by
+/// a condition on the writer's own tag after its last position) and print `A writer seq first
+/// last` for each acknowledged append, until killed or a fault fires.
+#[test]
+#[ignore = "entry point of the writer child process of the crash tests"]
+fn crash_child() {
+    let Some(dir) = std::env::var_os("LAPILLI_CRASH_DIR") else { return };
+    fault::arm_from_env();
+    let first_writer: u32 = std::env::var("LAPILLI_CRASH_WRITER_BASE").unwrap().parse().unwrap();
+    let store = Arc::new(Store::open(&dir, options()).expect("child open"));
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (store, out) = (store.clone(), out.clone());
+            std::thread::spawn(move || {
+                let writer = first_writer + t;
+                let mut last = Position::ZERO;
+                for seq in 0.. {
+                    let condition = (seq % 3 == 1)
+                        .then(|| AppendCondition::new(Query::for_tags([format!("writer:{writer}")])).after(last));
+                    let done = store.append(batch(writer, seq), condition).expect("child append");
+                    last = done.last;
+                    let mut out = out.lock().unwrap();
+                    writeln!(out, "A {writer} {seq} {} {}", done.first, done.last).unwrap();
+                    out.flush().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+struct Ack {
+    writer: u32,
+    seq: u32,
+    first: u64,
+    last: u64,
+}
+
+/// A running child and the acknowledgements it has printed (the witness log).
+struct Witnessed {
+    child: Child,
+    acks: Arc<Mutex<Vec<Ack>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+fn start_child(dir: &Path, writer_base: u32, fault_spec: Option<&str>) -> Witnessed {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("LAPILLI_CRASH_DIR", dir)
+        .env("LAPILLI_CRASH_WRITER_BASE", writer_base.to_string())
+        .env_remove("LAPILLI_FAULT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(spec) = fault_spec {
+        command.env("LAPILLI_FAULT", spec);
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let sink = acks.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() == 5 && f[0] == "A" {
+                sink.lock().unwrap().push(Ack {
+                    writer: f[1].parse().unwrap(),
+                    seq: f[2].parse().unwrap(),
+                    first: f[3].parse().unwrap(),
+                    last: f[4].parse().unwrap(),
+                });
+            }
+        }
+    });
+    Witnessed { child, acks, reader }
+}
+
+impl Witnessed {
+    /// Waits for the child to end by itself (a fault fired), at most `limit`.
+    fn wait_exit(mut self, limit: Duration) -> Vec<Ack> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(!status.success(), "the child was expected to crash");
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the armed fault never fired within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.finish()
+    }
+
+    fn kill(mut self) -> Vec<Ack> {
+        self.child.kill().unwrap();
+        self.finish()
+    }
+
+    fn finish(mut self) -> Vec<Ack> {
+        self.child.wait().unwrap();
+        self.reader.join().unwrap();
+        std::mem::take(&mut *self.acks.lock().unwrap())
+    }
+}
+
+/// Every invariant of a recovered store, given everything ever acknowledged to any writer.
+/// Returns the recovered head.
+fn verify(dir: &Path, acks: &[Ack]) -> u64 {
+    let store = Store::open(dir, options()).expect("a crashed store reopens");
+    let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    let head = store.head().unwrap().get();
+    assert_eq!(all.len() as u64, head);
+    for (n, event) in all.iter().enumerate() {
+        assert_eq!(event.position.get(), n as u64 + 1, "positions are a gapless prefix");
+    }
+    // Every event is one that was sent, byte for byte, in whole batches.
+    let mut seqs: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    let mut i = 0;
+    while i < all.len() {
+        let Some([writer, seq, index, k]) = header(&all[i]) else {
+            i += 1;
+            continue;
+        };
+        assert_eq!(index, 0, "batch ({writer}, {seq}) starts at its first event, position {}", all[i].position);
+        let expected = batch(writer, seq);
+        assert_eq!(expected.len() as u32, k);
+        assert!(i + expected.len() <= all.len(), "batch ({writer}, {seq}) is cut short");
+        for (j, want) in expected.iter().enumerate() {
+            let got = &all[i + j];
+            let mut want_tags = want.tags.clone();
+            want_tags.sort();
+            assert_eq!(
+                (&got.event_type, &got.tags, &got.data),
+                (&want.event_type, &want_tags, &want.data),
+                "event {} is not what writer {writer} sent in batch {seq}",
+                got.position
+            );
+        }
+        assert!(seqs.entry(writer).or_default().insert(seq), "batch ({writer}, {seq}) appears twice");
+        i += expected.len();
+    }
+    // Acknowledged batches are where the writer was told they are.
+    let mut acked_max: BTreeMap<u32, u32> = BTreeMap::new();
+    for ack in acks {
+        let expected = batch(ack.writer, ack.seq);
+        assert_eq!(ack.last - ack.first + 1, expected.len() as u64);
+        assert!(ack.last <= head, "acknowledged batch ({}, {}) at {}..={} is lost (head {head})", ack.writer, ack.seq, ack.first, ack.last);
+        let got = &all[ack.first as usize - 1];
+        assert_eq!(header(got).map(|h| (h[0], h[1], h[2])), Some((ack.writer, ack.seq, 0)), "ack of ({}, {}) at {}", ack.writer, ack.seq, ack.first);
+        let max = acked_max.entry(ack.writer).or_default();
+        *max = (*max).max(ack.seq);
+    }
+    // Each writer thread sends one batch at a time: what is present is 0..=n, with n at least
+    // its last acknowledged batch and at most one more (the one in flight when it died).
+    for (writer, present) in &seqs {
+        let n = *present.iter().next_back().unwrap();
+        assert_eq!(present.len() as u32, n + 1, "writer {writer} has a gap in its batches");
+        if let Some(&acked) = acked_max.get(writer) {
+            assert!(n == acked || n == acked + 1, "writer {writer}: batches up to {n} present, {acked} acknowledged");
+        }
+    }
+    for writer in acked_max.keys() {
+        assert!(seqs.contains_key(writer), "writer {writer}'s acknowledged batches are gone");
+    }
+    // The index answers what the scan answers.
+    for query in [Query::for_tags(["shared"]), Query::for_types(["W1"]), Query::of([lapilli_core::QueryItem::new(["W0", "W2"], ["shared"])])] {
+        store.set_planner(Planner::ForceScan);
+        let oracle = store.read(&query, ReadOptions::default()).unwrap().collect_all().unwrap();
+        store.set_planner(Planner::Auto);
+        assert_eq!(store.read(&query, ReadOptions::default()).unwrap().collect_all().unwrap(), oracle);
+    }
+    // Conditions still reject what they must, and the next append gets head + 1.
+    if let Some((&writer, _)) = seqs.iter().next() {
+        let err = store
+            .append(
+                vec![Event::new("Check", ["check"], vec![])],
+                Some(AppendCondition::new(Query::for_tags([format!("seq:{writer}:0")]))),
+            )
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Conflict);
+    }
+    let next = store.append(vec![Event::new("Check", ["check"], vec![])], None).unwrap();
+    assert_eq!(next.first.get(), head + 1);
+    store.close().unwrap();
+    head
+}
+
+#[test]
+fn kill_loop() {
+    let _serial = serial();
+    let cycles: u32 = std::env::var("LAPILLI_CRASH_CYCLES").ok().map_or(20, |c| c.parse().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(std::env::var("LAPILLI_CRASH_SEED").ok().map_or(7, |s| s.parse().unwrap()));
+    let mut witness = std::fs::File::create(dir.path().join("witness.log")).unwrap();
+    let store_dir = dir.path().join("store");
+    let mut all_acks = Vec::new();
+    let mut checked_events = 0u64;
+    for cycle in 0..cycles {
+        let running = start_child(&store_dir, cycle * 10, None);
+        std::thread::sleep(Duration::from_millis(rng.range(5, 120)));
+        let acks = running.kill();
+        for ack in &acks {
+            writeln!(witness, "{cycle} {} {} {} {}", ack.writer, ack.seq, ack.first, ack.last).unwrap();
+        }
+        witness.sync_data().unwrap();
+        all_acks.extend(acks);
+        let head = verify(&store_dir, &all_acks);
+        checked_events += all_acks.iter().map(|a| a.last - a.first + 1).sum::<u64>();
+        let _ = head;
+    }
+    let segments = std::fs::read_dir(&store_dir).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log")).count();
+    println!(
+        "kill loop: {cycles} cycles, {} acknowledged batches, {checked_events} acknowledged-event checks, {segments} segments, 0 violations",
+        all_acks.len()
+    );
+    assert!(all_acks.len() as u32 >= cycles, "the child made too little progress to prove anything");
+    assert!(segments > 3, "kills must also land around roll-overs and sealing");
+}
+
+/// Runs a child with `spec` armed until it crashes, then verifies the store.
+fn crash_at(spec: &str) -> (tempfile::TempDir, Vec<Ack>, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let acks = start_child(dir.path(), 0, Some(spec)).wait_exit(Duration::from_secs(30));
+    verify(dir.path(), &acks);
+    let store = Store::open(dir.path(), options()).unwrap();
+    (dir, acks, store)
+}
+
+#[test]
+fn abort_before_fsync() {
+    let _serial = serial();
+    let (_dir, acks, _store) = crash_at("commit.before_fsync:abort:20");
+    assert!(acks.len() >= 15);
+}
+
+#[test]
+fn abort_after_fsync_before_the_reply() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let acks = start_child(dir.path(), 0, Some("commit.after_fsync:abort:20")).wait_exit(Duration::from_secs(30));
+    let head = verify(dir.path(), &acks);
+    let acked_head = acks.iter().map(|a| a.last).max().unwrap();
+    // The group was durable but nobody was answered: it is there all the same.
+    assert!(head > acked_head, "the fsynced group ({acked_head}..) should survive, head {head}");
+}
+
+#[test]
+fn abort_with_a_torn_commit_marker() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let acks = start_child(dir.path(), 0, Some("commit.torn_marker:abort:20")).wait_exit(Duration::from_secs(30));
+    let store = Store::open(dir.path(), options()).unwrap();
+    let torn = store.recovery().torn_tail.clone().expect("the torn group is reported");
+    assert!(torn.bytes > 0);
+    store.close().unwrap();
+    verify(dir.path(), &acks);
+}
+
+#[test]
+fn abort_during_segment_creation() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // Skip the store's first segment and one roll-over: die creating the third.
+    let acks = start_child(dir.path(), 0, Some("segment.before_header:abort:2")).wait_exit(Duration::from_secs(30));
+    let store = Store::open(dir.path(), options()).unwrap();
+    assert!(store.recovery().recreated_segment.is_some(), "{:?}", store.recovery());
+    store.close().unwrap();
+    verify(dir.path(), &acks);
+}
+
+#[test]
+fn abort_during_index_file_write() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let acks = start_child(dir.path(), 0, Some("index.before_rename:abort:1")).wait_exit(Duration::from_secs(30));
+    let store = Store::open(dir.path(), options()).unwrap();
+    assert!(!store.recovery().rebuilt_indexes.is_empty(), "{:?}", store.recovery());
+    store.close().unwrap();
+    verify(dir.path(), &acks);
+}
+
+#[test]
+fn eio_on_fsync_poisons_the_writer_until_reopen() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    for seq in 0..3 {
+        store.append(batch(1, seq), None).unwrap();
+    }
+    let head = store.head().unwrap().get();
+    fault::arm("commit.fsync", Fault::Errno(libc_eio()), 0);
+    let err = store.append(batch(1, 3), None).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert_eq!(store.head().unwrap().get(), head, "a failed group is not published");
+    let err = store.append(batch(1, 4), None).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert!(err.message().contains("reopen"), "{err}");
+    store.close().unwrap();
+    fault::disarm_all();
+    let store = Store::open(dir.path(), options()).unwrap();
+    // The failed group may or may not have reached the disk; what is there is whole.
+    let reopened = store.head().unwrap().get();
+    assert!(reopened == head || reopened == head + batch(1, 3).len() as u64, "head {reopened}");
+    let next = store.append(batch(1, 5), None).unwrap();
+    assert_eq!(next.first.get(), reopened + 1);
+    store.close().unwrap();
+}
+
+fn libc_eio() -> i32 {
+    5
+}
+
+#[test]
+fn enospc_on_preallocation_fails_the_append_and_the_store_still_reopens() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    fault::arm("segment.preallocate", Fault::Errno(28), 0);
+    let mut failed = None;
+    for seq in 0..200 {
+        if let Err(err) = store.append(batch(2, seq), None) {
+            failed = Some((seq, err));
+            break;
+        }
+    }
+    let (failed_seq, err) = failed.expect("a roll-over happened and failed");
+    fault::disarm_all();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert!(err.message().contains("No space") || err.message().contains("space"), "{err}");
+    let head = store.head().unwrap().get();
+    // The next append rolls over for real.
+    store.append(batch(2, failed_seq + 1), None).unwrap();
+    store.close().unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    assert_eq!(store.head().unwrap().get(), head + batch(2, failed_seq + 1).len() as u64);
+    let seqs: Vec<u32> = store
+        .read(&Query::all(), ReadOptions::default())
+        .unwrap()
+        .filter_map(|e| header(&e.unwrap()).filter(|h| h[2] == 0).map(|h| h[1]))
+        .collect();
+    let mut expected: Vec<u32> = (0..failed_seq).collect();
+    expected.push(failed_seq + 1);
+    assert_eq!(seqs, expected, "the refused append left nothing behind");
+    store.close().unwrap();
+}
+
+#[test]
+fn a_short_write_rewinds_and_the_next_batch_takes_its_place() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    store.append(batch(3, 0), None).unwrap();
+    fault::arm("commit.short_write", Fault::Errno(libc_eio()), 0);
+    let err = store.append(batch(3, 1), None).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    let ok = store.append(batch(3, 2), None).unwrap();
+    assert_eq!(ok.first.get(), batch(3, 0).len() as u64 + 1, "the failed batch took no position");
+    store.close().unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    assert!(store.recovery().torn_tail.is_none(), "{:?}", store.recovery());
+    let seqs: Vec<u32> = store
+        .read(&Query::all(), ReadOptions::default())
+        .unwrap()
+        .filter_map(|e| header(&e.unwrap()).filter(|h| h[2] == 0).map(|h| h[1]))
+        .collect();
+    assert_eq!(seqs, vec![0, 2]);
+    store.close().unwrap();
+}
