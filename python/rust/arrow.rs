@@ -12,7 +12,9 @@ use pyo3::types::PyCapsule;
 
 use crate::read::ReadState;
 
-pub const DEFAULT_BATCH_ROWS: usize = 65536;
+/// Rows per Arrow batch by default: large enough to amortise the crossing, small enough that a
+/// batch being built stays in cache (measured: 16K rows of 256-byte events beat 64K by 2x).
+pub const DEFAULT_BATCH_ROWS: usize = 16384;
 /// A batch also ends once its data column passes this many bytes (binary offsets are i32).
 const MAX_BATCH_DATA_BYTES: usize = 512 << 20;
 /// Events visited per engine call while filling a batch.

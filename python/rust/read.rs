@@ -125,7 +125,7 @@ impl ReadResult {
 
     /// The remaining events as a streaming `pyarrow.RecordBatchReader` of at most `batch_rows`
     /// rows per batch, for reads larger than memory.
-    #[pyo3(signature = (batch_rows=65536))]
+    #[pyo3(signature = (batch_rows=16384))]
     fn to_arrow_batches<'py>(&self, py: Python<'py>, batch_rows: usize) -> PyResult<Bound<'py, PyAny>> {
         if batch_rows == 0 {
             return Err(crate::errors::invalid("batch_rows is 0; a batch holds at least one row"));

@@ -35,4 +35,4 @@ cd "$ROOT/target"
 echo "== stubtest"
 "$PY" -m mypy.stubtest lapilli._lapilli
 echo "== pytest"
-"$PY" -m pytest -q -p no:cacheprovider "$ROOT/python/tests" "$@"
+"$PY" -m pytest -q -p no:cacheprovider -o tmp_path_retention_policy=none "$ROOT/python/tests" "$@"
