@@ -37,8 +37,9 @@ fn to_js_error(err: core::Error) -> Error {
     Error::new(Status::GenericFailure, reason)
 }
 
+/// Bad input the binding itself notices (a number that cannot be a position).
 fn invalid(message: String) -> Error {
-    Error::new(Status::GenericFailure, format!("[INVALID_ARGUMENT] {message}"))
+    to_js_error(core::Error::new(core::ErrorKind::InvalidArgument, message))
 }
 
 /// A JS number that must be a position (the JS layer has checked it is a safe integer >= 0).
