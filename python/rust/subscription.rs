@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lapilli_core as core;
@@ -27,13 +27,21 @@ pub struct Subscription {
     inner: core::Subscription,
     /// Fetched from the engine but not yet handed to Python.
     buffer: Mutex<VecDeque<core::SequencedEvent>>,
+    /// How many events `buffer` holds, readable without its lock (which a blocked consumer
+    /// holds while it waits).
+    buffered: AtomicUsize,
     /// The last position handed to Python: the resume cursor.
     delivered: AtomicU64,
 }
 
 impl Subscription {
     pub fn new(inner: core::Subscription, after: u64) -> Self {
-        Subscription { inner, buffer: Mutex::new(VecDeque::new()), delivered: AtomicU64::new(after) }
+        Subscription {
+            inner,
+            buffer: Mutex::new(VecDeque::new()),
+            buffered: AtomicUsize::new(0),
+            delivered: AtomicU64::new(after),
+        }
     }
 
     /// Up to `max` events for Python. `None`: ended. Empty: the timeout passed.
@@ -52,6 +60,7 @@ impl Subscription {
                 if self.inner.is_closed() {
                     // Closed means ended, even with fetched events not yet handed out.
                     buffer.clear();
+                    self.buffered.store(0, Ordering::Release);
                     return Ok(None);
                 }
                 if buffer.is_empty() {
@@ -61,7 +70,9 @@ impl Subscription {
                     }
                 }
                 let n = buffer.len().min(max);
-                Ok(Some(buffer.drain(..n).collect::<Vec<_>>()))
+                let taken = buffer.drain(..n).collect::<Vec<_>>();
+                self.buffered.store(buffer.len(), Ordering::Release);
+                Ok(Some(taken))
             })?;
             match step {
                 None => return Ok(None),
@@ -121,10 +132,9 @@ impl Subscription {
     /// True when everything committed so far has been handed out.
     #[getter]
     fn caught_up(&self) -> bool {
-        // Check the buffer before the engine: an event buffered after this check was scanned
-        // after it too, so at worst this says False a moment early.
-        let empty = self.buffer.try_lock().map(|b| b.is_empty()).unwrap_or(false);
-        empty && self.inner.caught_up()
+        // Like the engine's own flag, this may say True a moment before a fetched batch is
+        // handed over; never True while fetched events wait in the buffer.
+        self.buffered.load(Ordering::Acquire) == 0 && self.inner.caught_up()
     }
 
     /// The last position handed out: subscribe again with `after=position` to resume.

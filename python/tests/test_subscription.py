@@ -193,3 +193,15 @@ def test_many_threads_subscribe_while_one_appends(store):
         t.join(timeout=30)
     for s in seen:
         assert s == list(range(1, 2 * n_events, 2))
+
+
+def test_caught_up_is_readable_while_another_thread_waits(store):
+    store.append([ev()])
+    sub = store.subscribe(Query.all())
+    assert sub.next(timeout=1).position == 1
+    t = threading.Thread(target=lambda: sub.next(timeout=1.0))
+    t.start()
+    time.sleep(0.2)  # the other thread is blocked inside the subscription
+    assert sub.caught_up
+    t.join()
+    sub.close()
