@@ -91,7 +91,9 @@ class Query {
   constructor(key, all, items) {
     if (key !== QUERY_KEY) throw typeError('use Query.all(), Query.of(), Query.forTags() or Query.forTypes()')
     this.all = all
-    this.items = Object.freeze(items.map((item) => Object.freeze(item)))
+    this.items = Object.freeze(
+      items.map((item) => Object.freeze({ types: Object.freeze([...item.types]), tags: Object.freeze([...item.tags]) })),
+    )
     Object.freeze(this)
   }
 

@@ -86,7 +86,7 @@ test('Query.all/of/forTags/forTypes select as API.md says', async () => {
     assert.deepEqual(await positions(Query.forTypes('CourseDefined', 'StudentRegistered')), [1, 2])
     assert.deepEqual(await positions(Query.of({ types: ['StudentSubscribed'], tags: ['course:c2'] }, { tags: ['course:c1'] })), [1, 3, 4])
     assert.deepEqual(await positions(Query.of([{ types: ['CourseDefined'] }])), [1])
-    assert.ok(Object.isFrozen(Query.forTags('a')))
+    assert.ok(Object.isFrozen(Query.forTags('a')) && Object.isFrozen(Query.forTags('a').items[0].tags))
   })
 })
 
