@@ -3,6 +3,9 @@ package dev.lapilli
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitAll
+import kotlinx.coroutines.cancelAndJoin
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.yield
 import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Test
 import java.util.concurrent.ConcurrentLinkedQueue
@@ -99,5 +102,28 @@ class ConcurrencyTest {
         assertEquals(1, outcomes.count { it == "ok" })
         assertEquals(49, outcomes.count { it == "conflict" })
         assertEquals(1, store.head())
+    }
+
+    @Test
+    fun `cancelling coroutines mid-append leaves whole appends and a working store`() = withStore(Options()) { store, _ ->
+        val finished = ConcurrentLinkedQueue<AppendResult>()
+        runBlocking(Dispatchers.Default) {
+            val jobs = (0 until 300).map { i ->
+                launch { finished.add(store.appendAsync(listOf(ev("Pair", "c:$i", "first"), ev("Pair", "c:$i", "second")))) }
+            }
+            yield()
+            jobs.forEach { it.cancelAndJoin() }
+        }
+        // Whatever was cancelled, every committed append is whole: its two events sit side by side.
+        val events = store.read(Query.all()).toList()
+        assertEquals(store.head(), events.size.toLong())
+        assertEquals(0, events.size % 2)
+        events.chunked(2).forEach { (a, b) ->
+            assertEquals(a.tags.first { it.startsWith("c:") }, b.tags.first { it.startsWith("c:") })
+            assertEquals(listOf("first", "second"), listOf(a, b).map { e -> e.tags.first { it == "first" || it == "second" } })
+        }
+        finished.forEach { r -> assertTrue(r.last <= store.head()) }
+        val next = store.append(ev("After"))
+        assertEquals(store.head(), next.last)
     }
 }
