@@ -257,3 +257,40 @@ fn concurrent_fsync_appends_share_group_commits() {
     assert!(groups * 4 <= appends, "{groups} group commits for {appends} appends");
     eprintln!("{groups} group commits for {appends} fsync appends from {THREADS} threads");
 }
+
+/// Wakes the blocked thread: enough of an executor to drive `PendingAppend` as a `Future`.
+struct ThreadWaker(thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = Arc::new(ThreadWaker(thread::current())).into();
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(output) => return output,
+            std::task::Poll::Pending => thread::park(),
+        }
+    }
+}
+
+#[test]
+fn submitted_appends_share_groups_and_resolve_as_futures() {
+    const APPENDS: u64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options { durability: Durability::Fsync, ..buffered(1 << 20) }).unwrap();
+    // One thread submits them all without waiting: they queue behind the first fsync.
+    let pending: Vec<_> = (0..APPENDS).map(|i| store.submit(vec![Event::new("E", ["t"], i.to_le_bytes().to_vec())], None)).collect();
+    for (i, p) in pending.into_iter().enumerate().rev() {
+        let r = block_on(p).unwrap();
+        assert_eq!(r.first.get(), i as u64 + 1, "submission order is commit order");
+    }
+    assert!(store.group_commits() * 4 <= APPENDS, "{} group commits for {APPENDS} submitted appends", store.group_commits());
+    // A future of a refused append is ready at once.
+    assert!(block_on(store.submit(vec![], None)).is_err());
+}
