@@ -8,11 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# Maven 3.8 prints stray ANSI resets even in batch mode; drop them so the log stays readable.
+mvnq() { mvn -B -q -ntp "$@" | sed -u 's/\x1b\[0m//g'; }
+
 echo "== jvm: mvn install (cargo build, uniffi bindgen, kotlinc, JUnit)"
-mvn -B -q -ntp -Dstyle.color=never -f jvm/pom.xml install
+mvnq -f jvm/pom.xml install
 
 echo "== jvm: examples/kotlin against the installed dev.lapilli:lapilli"
-examples=(mvn -B -q -ntp -Dstyle.color=never -f examples/kotlin/pom.xml)
+examples=(mvnq -f examples/kotlin/pom.xml)
 "${examples[@]}" compile
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -41,8 +41,7 @@ internal fun sentence(event: SequencedEvent): String {
         "CourseDefined" -> "course $course was defined" + (jsonInt(data, "capacity")?.let { " with room for $it students" } ?: "")
         "StudentRegistered" -> "student $student registered"
         "StudentSubscribedToCourse" -> "student $student subscribed to course $course"
-        else -> "a ${event.type} event was recorded with tags ${event.tags}"
+        else -> "a ${event.type} event was recorded with tags ${event.tags}" + (if (data.isNotEmpty()) " and data $data" else "")
     }
-    return "#${event.position}: ${what.replaceFirstChar { it.uppercase() }}" +
-        (if (data.isNotEmpty()) " ($data)" else "") + "."
+    return "#${event.position} (${event.recordedAt}): ${what.replaceFirstChar { it.uppercase() }}."
 }
