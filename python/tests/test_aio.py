@@ -149,3 +149,21 @@ def test_cancelled_wait_loses_no_event(tmp_path):
             sub.close()
 
     run(main())
+
+
+def test_async_read_pins_head_at_the_call_and_raises_bad_input_there(tmp_path):
+    async def main():
+        async with await aio.Store.open(tmp_path / "s", durability="buffered") as store:
+            await store.append([Event("A")])
+            result = store.read(Query.all())
+            await store.append([Event("B")])
+            assert result.head == 1
+            assert [e.type async for e in result] == ["A"]
+            with pytest.raises(InvalidArgumentError, match="5"):
+                store.read(Query.all(), after=5)
+            with pytest.raises(TypeError, match="^query must be Query"):
+                store.read("all")  # type: ignore[arg-type]
+            assert (await store.read(Query.all())).head == 2
+            assert store.read(Query.all()).sync.to_arrow().num_rows == 2
+
+    run(main())

@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from types import TracebackType
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from lapilli._lapilli import AppendCondition, AppendResult, Event, PendingAppend, Query
 from lapilli._lapilli import ReadResult as _ReadResult
@@ -110,11 +110,10 @@ class Store:
         backwards: bool = False,
     ) -> AsyncReadResult:
         """The events matching `query`, like `lapilli.Store.read`: `async for` them, or
-        `await` the result first to get `head` (the read is then pinned)."""
+        `await result.to_list()`. The read starts (and pins `head`) here: taking a snapshot
+        costs microseconds, so it is done on the loop; events are fetched on worker threads."""
         return AsyncReadResult(
-            lambda: self._store.read(
-                query, after=after, until=until, limit=limit, backwards=backwards
-            )
+            self._store.read(query, after=after, until=until, limit=limit, backwards=backwards)
         )
 
     def subscribe(self, query: Query, *, after: int = 0) -> AsyncSubscription:
@@ -141,44 +140,38 @@ class Store:
 
 
 class AsyncReadResult:
-    """A read for asyncio: `await` it (starts the read, pins `head`), `async for` it, or
-    `await result.to_list()`."""
+    """A read for asyncio: `async for` it, or `await result.to_list()`. `head` is the store head
+    pinned when the read began. Awaiting the result itself returns it (so `await store.read(q)`
+    reads naturally in decision code)."""
 
-    def __init__(self, start: object) -> None:
-        self._start = start
-        self._result: Optional[_ReadResult] = None
+    def __init__(self, result: _ReadResult) -> None:
+        self._result = result
         self._buffer: list[SequencedEvent] = []
         self._index = 0
 
-    async def _started(self) -> _ReadResult:
-        if self._result is None:
-            # A read starts with a snapshot (microseconds); done inline so `head` is the head
-            # at the moment of the call, not whenever a worker thread gets to it.
-            self._result = self._start()  # type: ignore[operator]
-        return self._result
-
-    def __await__(self):  # type: ignore[no-untyped-def]
-        async def started() -> AsyncReadResult:
-            await self._started()
+    def __await__(self) -> Generator[Any, None, AsyncReadResult]:
+        async def itself() -> AsyncReadResult:
             return self
 
-        return started().__await__()
+        return itself().__await__()
 
     @property
     def head(self) -> int:
-        """The store head pinned when the read began (await the result first)."""
-        if self._result is None:
-            raise RuntimeError("the read has not started: await it (or iterate it) first")
+        """The store head pinned when the read began: the `after` for a decision built on it."""
         return self._result.head
+
+    @property
+    def sync(self) -> _ReadResult:
+        """The underlying `lapilli.ReadResult` (for `to_arrow()` and friends)."""
+        return self._result
 
     def __aiter__(self) -> AsyncReadResult:
         return self
 
     async def __anext__(self) -> SequencedEvent:
         if self._index >= len(self._buffer):
-            result = await self._started()
             loop = asyncio.get_running_loop()
-            self._buffer = await loop.run_in_executor(None, result.next_batch, BATCH)
+            self._buffer = await loop.run_in_executor(None, self._result.next_batch, BATCH)
             self._index = 0
             if not self._buffer:
                 raise StopAsyncIteration
@@ -188,10 +181,9 @@ class AsyncReadResult:
 
     async def to_list(self) -> list[SequencedEvent]:
         """Every remaining event."""
-        result = await self._started()
         rest = self._buffer[self._index :]
         self._buffer, self._index = [], 0
-        return rest + await asyncio.get_running_loop().run_in_executor(None, result.to_list)
+        return rest + await asyncio.get_running_loop().run_in_executor(None, self._result.to_list)
 
 
 class AsyncSubscription:
