@@ -75,6 +75,8 @@ export async function subscribe(store, courseId, studentId) {
 }
 
 async function main() {
+  // Without a directory, a temporary one, removed at the end (segments are preallocated).
+  const temporary = process.argv[2] === undefined
   const dir = process.argv[2] ?? fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-courses-'))
   const store = await Store.open(dir)
   try {
@@ -97,6 +99,7 @@ async function main() {
     }
   } finally {
     await store.close()
+    if (temporary) fs.rmSync(dir, { recursive: true, force: true })
   }
 }
 

@@ -36,6 +36,8 @@ export async function registerStudent(store, command) {
 }
 
 async function main() {
+  // Without a directory, a temporary one, removed at the end (segments are preallocated).
+  const temporary = process.argv[2] === undefined
   const dir = process.argv[2] ?? fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-idempotent-'))
   const store = await Store.open(dir)
   try {
@@ -52,6 +54,7 @@ async function main() {
     }
   } finally {
     await store.close()
+    if (temporary) fs.rmSync(dir, { recursive: true, force: true })
   }
 }
 

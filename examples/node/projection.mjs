@@ -55,6 +55,8 @@ const subscribed = (courseId, studentId) => ({
 })
 
 async function main() {
+  // Without a directory, a temporary one, removed at the end (segments are preallocated).
+  const temporary = process.argv[2] === undefined
   const dir = process.argv[2] ?? fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-projection-'))
   const file = path.join(dir, 'seats-projection.json')
   const store = await Store.open(path.join(dir, 'store'))
@@ -75,6 +77,7 @@ async function main() {
     console.log(`second run: applied ${second.applied}, position ${second.position}, seats ${JSON.stringify(second.seats)}`)
   } finally {
     await store.close()
+    if (temporary) fs.rmSync(dir, { recursive: true, force: true })
   }
 }
 

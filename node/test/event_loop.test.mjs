@@ -2,7 +2,7 @@
 // read), and a process using lapilli exits by itself: nothing native keeps Node alive after
 // close(), and open stores or subscriptions do not crash it at exit.
 
-import { test } from 'node:test'
+import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
@@ -13,9 +13,16 @@ import { Store, Query } from '../lapilli.js'
 
 const packageDir = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
 
+// Segments are preallocated: every directory made here is removed once the file's tests ran.
+const made = []
 function tempDir() {
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-loop-'))
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-loop-'))
+  made.push(dir)
+  return dir
 }
+after(() => {
+  for (const dir of made) fs.rmSync(dir, { recursive: true, force: true })
+})
 
 /** Runs `work` while a 2 ms interval ticks; returns how many ticks happened and the largest gap. */
 async function ticksDuring(work) {

@@ -1,7 +1,7 @@
 // Runs every example in examples/node/ and the demo's Node step, so they cannot rot: each must
 // exit 0, say what it should, and leave the store in the state it claims.
 
-import { test } from 'node:test'
+import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
@@ -13,7 +13,16 @@ import { Store, Query } from '../lapilli.js'
 
 const run = promisify(execFile)
 const repo = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
-const tempDir = () => fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-examples-'))
+// Segments are preallocated: every directory made here is removed once the file's tests ran.
+const made = []
+function tempDir() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-examples-'))
+  made.push(dir)
+  return dir
+}
+after(() => {
+  for (const dir of made) fs.rmSync(dir, { recursive: true, force: true })
+})
 
 async function example(script, ...args) {
   const { stdout } = await run(process.execPath, [path.join(repo, script), ...args], { cwd: repo, timeout: 30000 })

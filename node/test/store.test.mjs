@@ -205,6 +205,7 @@ test('after close: head throws, append/read/subscribe fail with CLOSED; close tw
   const { events } = await again.readAll(Query.all())
   assert.deepEqual(events.map((e) => [e.position, e.type, e.tags, e.data.toString()]), [[1, 'E', ['t'], 'x']])
   await again.close()
+  fs.rmSync(path.dirname(dir), { recursive: true, force: true })
 })
 
 test('bad input: TypeError naming the argument, or InvalidArgumentError; the store is unchanged', async () => {
