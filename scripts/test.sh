@@ -9,3 +9,15 @@ cargo test -p lapilli-core
 
 echo "== Rust: crash and fault harness (20 kill cycles and every injected fault)"
 cargo test -p lapilli-core --features fault-injection --test crash
+
+echo "== Rust: fuzz smoke (every on-disk decoder for a few seconds; cargo-fuzz on nightly)"
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+for target in recovery event index_file; do
+  mkdir -p "core/fuzz/corpus/$target"
+  if ! (cd core/fuzz && cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- -max_total_time=5) > "target/fuzz-$target.log" 2>&1; then
+    tail -40 "target/fuzz-$target.log"
+    echo "fuzz target $target failed"
+    exit 1
+  fi
+  grep -E "^Done [0-9]+ runs" "target/fuzz-$target.log" | sed "s/^/fuzz $target: /"
+done

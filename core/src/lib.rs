@@ -16,6 +16,8 @@ mod event;
 #[doc(hidden)]
 pub mod fault;
 mod follow;
+#[doc(hidden)]
+pub mod fuzzing;
 mod open;
 pub mod log;
 mod position;

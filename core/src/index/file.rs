@@ -288,9 +288,11 @@ impl IndexFile {
         let wide_types = flags & FLAG_WIDE_TYPES != 0;
         let type_width = if wide_types { 4 } else { 2 };
         let count_usize = usize::try_from(count).map_err(|_| Error::corruption("event count overflows"))?;
+        let offsets_end = count_usize.checked_mul(8).and_then(|n| n.checked_add(offsets_at));
+        let types_end = count_usize.checked_mul(type_width).and_then(|n| n.checked_add(types_at));
         let sections_in_order = offsets_at == INDEX_HEADER_LEN
-            && types_at == offsets_at + 8 * count_usize
-            && type_dict_at == types_at + type_width * count_usize
+            && offsets_end == Some(types_at)
+            && types_end == Some(type_dict_at)
             && type_dict_at <= fst_at
             && fst_at <= postings_at
             && postings_at <= file_len;
@@ -393,6 +395,17 @@ impl IndexFile {
             }
         };
         Ok(Some(Postings::List(list)))
+    }
+
+    /// Every tag of the dictionary, in byte order (for fuzzing and inspection).
+    pub fn tags(&self) -> Vec<String> {
+        use fst::Streamer;
+        let mut stream = self.fst.stream();
+        let mut tags = Vec::new();
+        while let Some((key, _)) = stream.next() {
+            tags.push(String::from_utf8_lossy(key).into_owned());
+        }
+        tags
     }
 
     /// How many events carry `tag`, without decoding its list.

@@ -17,7 +17,8 @@ use crate::error::Result;
 use crate::event::EventView;
 use crate::index::postings::Postings;
 use crate::index::{Planner, SegmentIndex};
-use crate::log::format::FRAME_LEN;
+use crate::error::Error;
+use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, record_crc};
 use crate::position::Position;
 use crate::query::{Query, QueryItem};
 
@@ -35,17 +36,44 @@ pub(crate) struct SegmentAccess<'a> {
 }
 
 impl SegmentAccess<'_> {
+    /// The event at `rel`, its record checksum verified: open does not read sealed segments,
+    /// so this is where damage inside one is found (as `Corruption`, never as wrong data).
     pub fn event(&self, rel: u32) -> Result<EventView<'_>> {
         let offset = self.index.offset(rel) as usize;
         let position = Position(self.base + rel as u64);
-        let bad = || crate::error::Error::corruption(format!("event {position} lies outside its segment"));
-        let len = self
+        let bad = |why: &str| Error::corruption(format!("event {position}: {why}"));
+        let frame = self.log.get(offset..offset + FRAME_LEN).ok_or_else(|| bad("lies outside its segment"))?;
+        let len_bytes: [u8; 4] = frame[0..4].try_into().unwrap();
+        let stored = u32::from_le_bytes(frame[4..8].try_into().unwrap());
+        let len = u32::from_le_bytes(len_bytes) as usize;
+        let payload = self
             .log
-            .get(offset..offset + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
-            .ok_or_else(bad)?;
-        let payload = self.log.get(offset + FRAME_LEN..offset + FRAME_LEN + len).ok_or_else(bad)?;
+            .get(offset + FRAME_LEN..offset + FRAME_LEN + len)
+            .ok_or_else(|| bad("runs past its segment"))?;
+        let seed = self.chain_seed(rel, offset).ok_or_else(|| bad("the record before it is damaged"))?;
+        if record_crc(seed, len_bytes, payload) != stored {
+            return Err(bad("its bytes do not match their checksum"));
+        }
         EventView::decode(position, payload)
+    }
+
+    /// The CRC of the record just before the event at `offset`: the segment header's, the
+    /// previous event's in the same batch, or the commit marker of the batch before.
+    fn chain_seed(&self, rel: u32, offset: usize) -> Option<u32> {
+        let crc_at = |at: usize| self.log.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+        if offset == HEADER_LEN {
+            return crc_at(HEADER_LEN - 4);
+        }
+        if rel > 0 {
+            let previous = self.index.offset(rel - 1) as usize;
+            let previous_len = crc_at(previous)? as usize;
+            if previous + FRAME_LEN + previous_len == offset {
+                return crc_at(previous + 4);
+            }
+        }
+        let marker = offset.checked_sub(MARKER_RECORD_LEN)?;
+        (crc_at(marker)? as usize == MARKER_PAYLOAD_LEN).then_some(())?;
+        crc_at(marker + 4)
     }
 }
 
