@@ -21,3 +21,6 @@ for target in recovery event index_file; do
   fi
   grep -E "^Done [0-9]+ runs" "target/fuzz-$target.log" | sed "s/^/fuzz $target: /"
 done
+
+echo "== Node.js: the lapilli npm package"
+bash node/scripts/test.sh
