@@ -119,9 +119,10 @@ export declare class Store {
   /** Opens (creating if missing) the store in `path`. Rejects with StoreLockedError if another
    * handle holds it. */
   static open(path: string, options?: OpenOptions): Promise<Store>
-  /** A read-only handle following a store another process may be writing; `append` on it
-   * rejects with ReadOnlyError. Where the engine has no followers yet, opening rejects with
-   * ReadOnlyError. */
+  /** A read-only handle (a follower) on a store another process may be writing: it never takes
+   * the lock or writes a byte, sees whole committed batches only and follows new commits within
+   * milliseconds; `append` on it rejects with ReadOnlyError. A missing directory rejects with
+   * an IO error. */
   static openReadOnly(path: string): Promise<Store>
   /** The last committed position (0 for an empty store). */
   head(): number

@@ -414,8 +414,9 @@ class Store {
     return new Store(STORE_KEY, nativeStore)
   }
 
-  /** A read-only handle (follower); appends on it reject with ReadOnlyError. Where the engine
-   * has no followers yet, opening itself rejects with ReadOnlyError. */
+  /** A read-only handle (a follower) on a store another process may be writing: it never
+   * takes the lock or writes a byte, sees whole committed batches only, and follows new
+   * commits within milliseconds. Appends on it reject with ReadOnlyError. */
   static async openReadOnly(path) {
     checkPath(path)
     const nativeStore = await settle(native.openStoreReadOnly(path))

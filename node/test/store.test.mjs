@@ -161,29 +161,25 @@ test('conditions: Conflict and AlreadyExists carry code and position; nothing is
   })
 })
 
-test('open_again fails with StoreLockedError; openReadOnly with ReadOnlyError', async () => {
+test('open_again fails with StoreLockedError; a read-only handle reads and refuses appends with ReadOnlyError', async () => {
   await withStore(buffered, async (store, dir) => {
     await store.append([ev('E')])
     const locked = await Store.open(dir).catch((e) => e)
     assert.ok(locked instanceof StoreLockedError)
     assert.equal(locked.code, 'STORE_LOCKED')
     assert.match(locked.message, new RegExp(String(process.pid)))
-    // Until read-only followers land in the engine, openReadOnly rejects with ReadOnlyError;
-    // once they have, the handle reads what the writer committed and refuses appends with it.
-    const readOnly = await Store.openReadOnly(dir).catch((e) => e)
-    if (readOnly instanceof Store) {
-      try {
-        assert.deepEqual((await readOnly.readAll(Query.all())).events.map((e) => e.type), ['E'])
-        const refused = await readOnly.append([ev('E')]).catch((e) => e)
-        assert.ok(refused instanceof ReadOnlyError, String(refused))
-        assert.equal(refused.code, 'READ_ONLY')
-      } finally {
-        await readOnly.close()
-      }
-    } else {
-      assert.ok(readOnly instanceof ReadOnlyError, String(readOnly))
-      assert.equal(readOnly.code, 'READ_ONLY')
+    const readOnly = await Store.openReadOnly(dir)
+    try {
+      assert.deepEqual((await readOnly.readAll(Query.all())).events.map((e) => e.type), ['E'])
+      const refused = await readOnly.append([ev('E')]).catch((e) => e)
+      assert.ok(refused instanceof ReadOnlyError, String(refused))
+      assert.equal(refused.code, 'READ_ONLY')
+      assert.equal(readOnly.head(), 1)
+    } finally {
+      await readOnly.close()
     }
+    const missing = await Store.openReadOnly(path.join(dir, 'not-there')).catch((e) => e)
+    assert.equal(missing.code, 'IO', String(missing))
     assert.equal(store.head(), 1)
   })
 })
