@@ -6,7 +6,7 @@ use lapilli_core as core;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use crate::convert::{self, type_name};
 use crate::errors::to_py;
@@ -64,6 +64,12 @@ impl Event {
     #[getter]
     fn data<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.inner.data)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyType>, (String, Vec<String>, Bound<'py, PyBytes>))> {
+        let py = slf.py();
+        let me = slf.get();
+        Ok((slf.get_type(), (me.inner.event_type.clone(), me.inner.tags.clone(), PyBytes::new(py, &me.inner.data))))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -172,6 +178,18 @@ impl SequencedEvent {
         }
     }
 
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyType>, (u64, String, Vec<String>, Bound<'py, PyBytes>, u64))> {
+        let py = slf.py();
+        let e = &slf.get().inner;
+        Ok((
+            slf.get_type(),
+            (e.position.get(), e.event_type.clone(), e.tags.clone(), PyBytes::new(py, &e.data), e.recorded_at),
+        ))
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "SequencedEvent(position={}, type={}, tags={}, data={}, recorded_at_us={})",
@@ -213,6 +231,11 @@ impl QueryItem {
     #[getter]
     fn tags(&self) -> Vec<String> {
         self.inner.tags.clone()
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (Vec<String>, Vec<String>)) {
+        let item = &slf.get().inner;
+        (slf.get_type(), (item.types.clone(), item.tags.clone()))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -291,6 +314,18 @@ impl Query {
         }
     }
 
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let class = slf.get_type();
+        match &slf.get().inner {
+            core::Query::All => Ok((class.getattr("all")?, PyTuple::empty(py))),
+            core::Query::Items(items) => {
+                let items: Vec<QueryItem> = items.iter().map(|i| QueryItem { inner: i.clone() }).collect();
+                Ok((class.getattr("of")?, PyTuple::new(py, [PyList::new(py, items)?])?))
+            }
+        }
+    }
+
     #[getter]
     fn is_all(&self) -> bool {
         matches!(self.inner, core::Query::All)
@@ -357,6 +392,19 @@ impl AppendCondition {
         self.inner.fail_if_exists.clone().map(|inner| Query { inner })
     }
 
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (Query, Option<u64>, Option<Query>)) {
+        let c = &slf.get().inner;
+        (
+            slf.get_type(),
+            (
+                Query { inner: c.fail_if_events_match.clone() },
+                c.after.map(|p| p.get()),
+                c.fail_if_exists.clone().map(|inner| Query { inner }),
+            ),
+        )
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         let after = self.inner.after.map_or("None".to_string(), |p| p.to_string());
         let exists = self
@@ -386,6 +434,11 @@ impl AppendResult {
     #[new]
     fn new(first: u64, last: u64) -> Self {
         AppendResult { first, last }
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (u64, u64)) {
+        let r = slf.get();
+        (slf.get_type(), (r.first, r.last))
     }
 
     fn __repr__(&self) -> String {

@@ -138,3 +138,23 @@ def test_values_are_immutable():
     e = Event("T")
     with pytest.raises(AttributeError):
         e.type = "U"  # type: ignore[misc]
+
+
+def test_values_pickle_round_trip():
+    import copy
+    import pickle
+
+    values = [
+        Event(type="T", tags=["b", "a"], data=b"\x00\xff"),
+        SequencedEvent(position=4, type="T", tags=["a"], data=b"x", recorded_at_us=123),
+        QueryItem(types=["A"], tags=["k"]),
+        Query.all(),
+        Query.of([QueryItem(types=["A"]), QueryItem(tags=["k", "l"])]),
+        AppendCondition(Query.for_tags("k"), after=3, fail_if_exists=Query.for_types("X")),
+        AppendCondition(Query.all()),
+        AppendResult(first=1, last=2),
+    ]
+    for value in values:
+        assert pickle.loads(pickle.dumps(value)) == value
+        assert copy.deepcopy(value) == value
+    assert pickle.loads(pickle.dumps(values[1])).recorded_at_us == 123
