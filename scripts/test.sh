@@ -24,3 +24,6 @@ done
 
 echo "== Node.js: the lapilli npm package"
 bash node/scripts/test.sh
+
+echo "== Python: the lapilli wheel (stubtest, pytest incl. the notebook example)"
+bash python/scripts/test.sh

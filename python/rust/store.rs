@@ -98,8 +98,9 @@ impl Store {
         Ok(Store { inner })
     }
 
-    /// A read-only handle following a store another process may be writing. Not available in
-    /// this version: raises `ReadOnlyError` rather than give a stale answer.
+    /// A read-only handle (a follower) on a store another process may be writing: it never
+    /// takes the lock or writes a byte, sees whole committed batches only and follows new
+    /// commits within milliseconds. Appends on it raise ReadOnlyError.
     #[staticmethod]
     fn open_read_only(py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Store> {
         let path = path_arg(path)?;

@@ -71,25 +71,24 @@ def test_second_open_is_store_locked(tmp_path):
             Store.open(tmp_path / "s")
 
 
-def test_open_read_only_follows_or_refuses_clearly(tmp_path):
-    """Before followers exist in the engine, open_read_only raises ReadOnlyError; once they do,
-    the handle follows the writer and refuses writes with ReadOnlyError. Never a wrong answer."""
+def test_open_read_only_follows_the_writer_and_refuses_appends(tmp_path):
+    """A read-only handle (a follower) sees what the writer commits and refuses writes with
+    ReadOnlyError, leaving the store unchanged; a missing directory is an I/O error."""
     with Store.open(tmp_path / "s", durability="buffered") as writer:
         writer.append([ev("A")])
-        try:
-            reader = Store.open_read_only(tmp_path / "s")
-        except ReadOnlyError as error:
-            assert "not available" in str(error) and error.code == "READ_ONLY"
-            return
-        with reader:
+        with Store.open_read_only(tmp_path / "s") as reader:
             writer.append([ev("B")])
             deadline = time.monotonic() + 10
             while reader.head() < 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert [e.type for e in reader.read(Query.all())] == ["A", "B"]
-            with pytest.raises(ReadOnlyError):
+            with pytest.raises(ReadOnlyError) as refused:
                 reader.append([ev("C")])
-            assert writer.head() == 2
+            assert refused.value.code == "READ_ONLY" and str(tmp_path / "s") in str(refused.value)
+            assert writer.head() == 2 and reader.head() == 2
+    with pytest.raises(lapilli.LapilliIOError):
+        Store.open_read_only(tmp_path / "missing")
+    assert not (tmp_path / "missing").exists()
 
 
 def test_append_and_read_round_trip(store):
