@@ -115,6 +115,7 @@ pub(crate) fn load_sealed(
             }
         };
         next_position = next_base;
+        log.advise_point_reads();
         published.add_segment(Arc::new(SegmentEntry {
             base,
             path: path.clone(),

@@ -138,6 +138,12 @@ impl SegmentWalk {
         Ok(SegmentWalk { items, lo, hi, backwards, primed: false })
     }
 
+    /// Whether this walk reads the window in order (no postings to seek through): the caller
+    /// then prefetches ahead of it.
+    pub fn is_sequential(&self) -> bool {
+        self.items.iter().all(|item| !matches!(item.plan, ItemPlan::Postings { .. }))
+    }
+
     /// The next matching relative position, in walk order.
     pub fn next(&mut self, segment: &SegmentAccess<'_>) -> Result<Option<u32>> {
         if !self.primed {

@@ -45,7 +45,10 @@ pub(crate) fn build(log: &[u8], base: u64, log_path: &Path) -> Result<IndexFile>
 pub(crate) fn run(queue: Receiver<Arc<SegmentEntry>>, published: Arc<Published>) {
     for entry in queue {
         match build(entry.log.bytes(), entry.base, &entry.path) {
-            Ok(file) => entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(file)))),
+            Ok(file) => {
+                entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(file))));
+                entry.log.advise_point_reads();
+            }
             Err(e) => eprintln!("lapilli: cannot build the index of {}: {e}", entry.path.display()),
         }
         published.sealing.fetch_sub(1, Ordering::AcqRel);

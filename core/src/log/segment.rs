@@ -31,6 +31,20 @@ impl MappedSegment {
     pub fn bytes(&self) -> &[u8] {
         &self.map
     }
+
+    /// A sealed segment is read mostly by point fetches (selective reads through the index):
+    /// no readahead around each one. Only a hint; failure changes nothing but speed.
+    pub fn advise_point_reads(&self) {
+        let _ = self.map.advise(memmap2::Advice::Random);
+    }
+
+    /// A scan is about to read `offset..offset + len`: start reading it in now.
+    pub fn prefetch(&self, offset: usize, len: usize) {
+        let len = len.min(self.map.len().saturating_sub(offset));
+        if len > 0 {
+            let _ = self.map.advise_range(memmap2::Advice::WillNeed, offset, len);
+        }
+    }
 }
 
 pub fn sync_dir(dir: &Path) -> Result<()> {

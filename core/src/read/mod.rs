@@ -108,6 +108,32 @@ impl Snapshot {
     }
 }
 
+/// How far ahead of a sequential walk the log is prefetched, and how much at a time.
+const PREFETCH_BYTES: usize = 4 << 20;
+
+/// Keeps `PREFETCH_BYTES` ahead of a sequential walk at `offset` prefetched (behind it, for a
+/// backward walk); returns the new far end of the prefetched range.
+fn prefetch(log: &MappedSegment, offset: usize, backwards: bool, done: Option<usize>) -> Option<usize> {
+    if backwards {
+        match done {
+            Some(start) if offset >= start + PREFETCH_BYTES / 2 => done,
+            _ => {
+                let start = offset.saturating_sub(PREFETCH_BYTES);
+                log.prefetch(start, offset - start + 1);
+                Some(start)
+            }
+        }
+    } else {
+        match done {
+            Some(end) if offset + PREFETCH_BYTES / 2 <= end => done,
+            _ => {
+                log.prefetch(offset, PREFETCH_BYTES);
+                Some(offset + PREFETCH_BYTES)
+            }
+        }
+    }
+}
+
 /// Matching positions of a query over a window of a snapshot, segment by segment, in either
 /// direction, through the planner.
 pub(crate) struct Walk {
@@ -119,6 +145,8 @@ pub(crate) struct Walk {
     backwards: bool,
     /// Segment being walked, with its index pinned and its walk.
     current: Option<(usize, Arc<SegmentIndex>, SegmentWalk)>,
+    /// For a sequential walk, the log bytes already prefetched (the byte range's far end).
+    prefetched: Option<usize>,
     /// Next segment to open, in walk order; None when done.
     next_segment: Option<usize>,
 }
@@ -128,7 +156,7 @@ impl Walk {
         let high = high.min(snapshot.head);
         let next_segment = (low <= high && low >= 1)
             .then(|| if backwards { snapshot.segment_of(high) } else { snapshot.segment_of(low) });
-        Walk { snapshot, query, low, high, backwards, current: None, next_segment }
+        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, next_segment }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -165,6 +193,7 @@ impl Walk {
                     self.backwards,
                     self.snapshot.planner,
                 )?;
+                self.prefetched = None;
                 self.current = Some((i, index, walk));
             }
             let (i, index, walk) = self.current.as_mut().expect("set above");
@@ -172,6 +201,9 @@ impl Walk {
             let access = SegmentAccess { base: entry.base, log: entry.log.bytes(), index: index };
             match walk.next(&access)? {
                 Some(rel) => {
+                    if walk.is_sequential() {
+                        self.prefetched = prefetch(&entry.log, index.offset(rel) as usize, self.backwards, self.prefetched);
+                    }
                     let event = access.event(rel)?;
                     return Ok(Some((event.position, visit(&event))));
                 }
