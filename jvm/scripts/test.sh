@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # Maven 3.8 prints stray ANSI resets even in batch mode; drop them so the log stays readable.
-mvnq() { mvn -B -q -ntp "$@" | sed -u 's/\x1b\[0m//g'; }
+mvnq() { mvn -B -q -ntp "$@" 2>&1 | sed -u 's/\x1b\[0m//g'; }
 
 echo "== jvm: mvn install (cargo build, uniffi bindgen, kotlinc, JUnit)"
 mvnq -f jvm/pom.xml install
@@ -19,11 +19,14 @@ examples=(mvnq -f examples/kotlin/pom.xml)
 "${examples[@]}" compile
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Each example in a JVM of its own (`java -classpath <the app's declared classpath>`).
 for main in Quickstart CourseSubscriptions IdempotentCommands Projection; do
     echo "-- $main"
-    "${examples[@]}" exec:java -Dexec.mainClass="dev.lapilli.examples.${main}Kt" -Dexec.args="$work/$main"
+    "${examples[@]}" exec:exec -Dexec.executable=java \
+        -Dexec.args="-classpath %classpath dev.lapilli.examples.${main}Kt $work/$main"
 done
-# The demo's subscriber, on the store the course example left behind.
+# The demo's subscriber, on the store the course example left behind, run the way the demo
+# command runs it (exec:java).
 echo "-- DemoSubscribe"
 out=$("${examples[@]}" exec:java -Dexec.mainClass=dev.lapilli.examples.DemoSubscribeKt -Dexec.args="$work/CourseSubscriptions")
 echo "$out"
