@@ -1,0 +1,268 @@
+//! The machine: its facts, its physical limits, and page-cache control.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub fn sh(cmd: &str) -> String {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The file system type of `dir` (from statfs), refusing tmpfs/ramfs: fsync there is free.
+pub fn filesystem(dir: &Path) -> Result<String, String> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: plain syscall with a valid path and buffer.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!("statfs {}: {}", dir.display(), std::io::Error::last_os_error()));
+    }
+    let name = match st.f_type as u64 {
+        0xEF53 => "ext4",
+        0x58465342 => "xfs",
+        0x9123683E => "btrfs",
+        0x01021994 => "tmpfs",
+        0x858458f6 => "ramfs",
+        0x794c7630 => "overlayfs",
+        0x2fc12fc1 => "zfs",
+        0x6969 => "nfs",
+        other => return Ok(format!("unknown (f_type {other:#x})")),
+    };
+    if name == "tmpfs" || name == "ramfs" {
+        return Err(format!("{} is on {name}: fsync there is free and write figures would lie", dir.display()));
+    }
+    Ok(name.to_string())
+}
+
+pub fn facts(data_dir: &Path) -> Value {
+    let mem_kib: u64 = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("MemTotal:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0);
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_default();
+    let device = sh(&format!("df --output=source {} | tail -1", data_dir.display()));
+    json!({
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu": cpu,
+        "memory_gib": (mem_kib as f64 / 1048576.0 * 10.0).round() / 10.0,
+        "kernel": sh("uname -sr"),
+        "os": sh(". /etc/os-release 2>/dev/null && echo \"$PRETTY_NAME\""),
+        "data_dir": data_dir.display().to_string(),
+        "filesystem": filesystem(data_dir).unwrap_or_else(|e| e),
+        "device": device,
+        "rustc": sh("rustc --version"),
+        "loadavg_at_start": fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+    })
+}
+
+pub fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// Resident set size of this process, in bytes.
+pub fn rss() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .unwrap_or(0)
+        * 1024
+}
+
+pub fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(files(&p));
+            } else if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+pub fn dir_bytes(dir: &Path) -> u64 {
+    files(dir).iter().filter_map(|f| fs::metadata(f).ok()).map(|m| m.len()).sum()
+}
+
+/// Drops `path` from the page cache (written back first). Pages mapped by a live mapping stay:
+/// callers close the store before evicting.
+pub fn evict_file(path: &Path) -> std::io::Result<()> {
+    let f = File::open(path)?;
+    f.sync_data()?;
+    // SAFETY: plain syscall on a descriptor we own.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+pub fn evict_dir(dir: &Path) -> std::io::Result<()> {
+    for f in files(dir) {
+        evict_file(&f)?;
+    }
+    Ok(())
+}
+
+/// Fraction of `path`'s pages in the page cache (mincore), to check an eviction took.
+pub fn resident_fraction(path: &Path) -> f64 {
+    let Ok(f) = File::open(path) else { return f64::NAN };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0) as usize;
+    if len == 0 {
+        return 0.0;
+    }
+    // SAFETY: read-only shared mapping of a file we opened; unmapped before return.
+    unsafe {
+        let addr = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0);
+        if addr == libc::MAP_FAILED {
+            return f64::NAN;
+        }
+        let page = 4096;
+        let pages = len.div_ceil(page);
+        let mut vec = vec![0u8; pages];
+        let rc = libc::mincore(addr, len, vec.as_mut_ptr());
+        libc::munmap(addr, len);
+        if rc != 0 {
+            return f64::NAN;
+        }
+        vec.iter().filter(|b| **b & 1 == 1).count() as f64 / pages as f64
+    }
+}
+
+/// Reads every file of `dir` through the page cache (the warm state of the warm reads).
+pub fn warm_dir(dir: &Path) {
+    let mut buf = vec![0u8; 1 << 20];
+    for f in files(dir) {
+        if let Ok(mut file) = File::open(&f) {
+            while matches!(file.read(&mut buf), Ok(n) if n > 0) {}
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+pub fn p50_p99(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    (percentile(&v, 0.5).as_secs_f64() * 1e6, percentile(&v, 0.99).as_secs_f64() * 1e6)
+}
+
+/// The machine's physical limits, measured now in `dir`.
+#[derive(Clone)]
+pub struct LimitScale {
+    pub fsync_appends: usize,
+    pub seq_bytes: usize,
+    pub random_reads: usize,
+}
+
+pub fn limits(dir: &Path, scale: &LimitScale, seed: u64) -> Result<Value, String> {
+    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let io = |e: std::io::Error| e.to_string();
+
+    // fdatasync latency of a 4 KiB append.
+    let path = dir.join("fsync.bin");
+    let _ = fs::remove_file(&path);
+    let mut f = OpenOptions::new().create(true).append(true).open(&path).map_err(io)?;
+    let block = vec![0xa5u8; 4096];
+    let mut lat = Vec::with_capacity(scale.fsync_appends);
+    for _ in 0..scale.fsync_appends {
+        let t = Instant::now();
+        f.write_all(&block).map_err(io)?;
+        f.sync_data().map_err(io)?;
+        lat.push(t.elapsed());
+    }
+    drop(f);
+    let _ = fs::remove_file(&path);
+    let (fsync_p50, fsync_p99) = p50_p99(lat);
+
+    // Sequential write bandwidth: 1 MiB writes, one fsync at the end.
+    let path = dir.join("seq.bin");
+    let _ = fs::remove_file(&path);
+    let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path).map_err(io)?;
+    let chunk: Vec<u8> = (0..(1 << 20)).map(|i| (i as u32).wrapping_mul(2654435761) as u8).collect();
+    let t = Instant::now();
+    let mut written = 0;
+    while written < scale.seq_bytes {
+        f.write_all(&chunk).map_err(io)?;
+        written += chunk.len();
+    }
+    f.sync_all().map_err(io)?;
+    let seq_write = written as f64 / t.elapsed().as_secs_f64();
+    drop(f);
+
+    // Cold sequential read of that file.
+    evict_file(&path).map_err(io)?;
+    let resident_after_evict = resident_fraction(&path);
+    let mut f = File::open(&path).map_err(io)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let t = Instant::now();
+    let mut read = 0usize;
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        read += n;
+    }
+    let seq_read = read as f64 / t.elapsed().as_secs_f64();
+
+    // Cold random 4 KiB reads: 1 thread, and 16 threads (what concurrent readers can get).
+    let pages = (written / 4096) as u64;
+    let random = |threads: usize, salt: u64| -> Result<f64, String> {
+        evict_file(&path).map_err(io)?;
+        let f = File::open(&path).map_err(io)?;
+        // SAFETY: plain syscall on a descriptor we own.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        let per = scale.random_reads / threads;
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for th in 0..threads {
+                let f = &f;
+                s.spawn(move || {
+                    let mut rng = crate::Rng::new(seed ^ salt ^ (th as u64 * 7919));
+                    let mut b = vec![0u8; 4096];
+                    for _ in 0..per {
+                        let page = rng.below(pages);
+                        let _ = f.read_exact_at(&mut b, page * 4096);
+                    }
+                });
+            }
+        });
+        Ok((per * threads) as f64 / t.elapsed().as_secs_f64())
+    };
+    let random_1 = random(1, 1)?;
+    let random_16 = random(16, 2)?;
+    let _ = fs::remove_file(&path);
+    Ok(json!({
+        "fdatasync_4k_append_p50_us": fsync_p50,
+        "fdatasync_4k_append_p99_us": fsync_p99,
+        "seq_write_bytes_per_s": seq_write,
+        "cold_seq_read_bytes_per_s": seq_read,
+        "cold_random_4k_reads_per_s_1_thread": random_1,
+        "cold_random_4k_reads_per_s_16_threads": random_16,
+        "file_bytes": written,
+        "resident_fraction_after_evict": resident_after_evict,
+    }))
+}

@@ -1,0 +1,710 @@
+//! Lapilli side by side with Tephra, UmaDB and the machine's limits, in one process run,
+//! interleaving the systems round by round (`shared/BENCHMARKS.md`).
+//!
+//! ```sh
+//! cargo run --release --manifest-path bench/Cargo.toml -- --quick --out bench/results
+//! ```
+
+mod machine;
+mod report;
+mod systems;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use systems::{Cond, Config, Ev, Kind, Q, Res, System};
+
+pub const EVENT_BYTES: usize = 256;
+const WRITE_TYPE: &str = "Written";
+
+/// splitmix64: a tiny seeded generator, so a rerun reads the same entities.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn mix(i: u64) -> u64 {
+    Rng::new(i ^ 0x5EED).next()
+}
+
+#[derive(Clone)]
+pub struct Scale {
+    pub name: &'static str,
+    pub rounds: usize,
+    /// Events in each read corpus (and the store of W3/W4 and startup).
+    pub corpus: u64,
+    /// Entities tagged `entity:<n>` in the corpus.
+    pub entities: u64,
+    /// Length of each timed window.
+    pub secs: f64,
+    pub segment_size: u64,
+    /// Distinct entities read cold in R3 per round (spread over 16 readers).
+    pub cold_entities: usize,
+    pub live_events: usize,
+    pub limits: machine::LimitScale,
+}
+
+impl Scale {
+    fn quick() -> Scale {
+        Scale {
+            name: "quick",
+            rounds: 3,
+            corpus: 200_000,
+            entities: 2_000,
+            secs: 1.0,
+            // Scaled down with the corpus (2M -> 200k), so the corpus still spans sealed
+            // segments and startup and cold reads see them.
+            segment_size: 32 << 20,
+            cold_entities: 64,
+            live_events: 100,
+            limits: machine::LimitScale { fsync_appends: 200, seq_bytes: 256 << 20, random_reads: 4000 },
+        }
+    }
+
+    fn full() -> Scale {
+        Scale {
+            name: "full",
+            rounds: 5,
+            corpus: 2_000_000,
+            entities: 20_000,
+            secs: 3.0,
+            segment_size: 256 << 20,
+            cold_entities: 256,
+            live_events: 300,
+            limits: machine::LimitScale { fsync_appends: 1000, seq_bytes: 1 << 30, random_reads: 20000 },
+        }
+    }
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    let mut d = vec![0u8; EVENT_BYTES];
+    let mut x = i.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    for b in d.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    d
+}
+
+/// Corpus event `i`: one entity, and the graded tags selecting about 1/10, 1/100, 1/1000.
+fn corpus_event(i: u64, entities: u64) -> Ev {
+    let h = mix(i);
+    Ev {
+        ty: "Seeded",
+        tags: vec![
+            format!("entity:{}", h % entities),
+            format!("s10:{}", i % 10),
+            format!("s100:{}", (h >> 20) % 100),
+            format!("s1000:{}", (h >> 36) % 1000),
+        ],
+        data: payload(i),
+    }
+}
+
+// ------------------------------------------------------------------ results
+
+pub struct Cell {
+    pub id: String,
+    pub group: &'static str,
+    pub desc: String,
+    pub unit: &'static str,
+    pub higher_is_better: bool,
+    /// Per system: one entry per round, a figure object or why there is none.
+    pub figures: BTreeMap<&'static str, Vec<Result<Value, String>>>,
+}
+
+#[derive(Default)]
+pub struct Results {
+    pub cells: Vec<Cell>,
+}
+
+impl Results {
+    fn record(&mut self, id: &str, group: &'static str, desc: &str, unit: &'static str, hib: bool, kind: Kind, fig: Res<Value>) {
+        if let Err(e) = &fig {
+            eprintln!("    {id} {}: {e}", kind.name());
+        } else if let Ok(v) = &fig {
+            eprintln!("    {id:<28} {:<8} {:>14.1} {unit}", kind.name(), v["value"].as_f64().unwrap_or(f64::NAN));
+        }
+        let cell = match self.cells.iter_mut().position(|c| c.id == id) {
+            Some(i) => &mut self.cells[i],
+            None => {
+                self.cells.push(Cell {
+                    id: id.into(),
+                    group,
+                    desc: desc.into(),
+                    unit,
+                    higher_is_better: hib,
+                    figures: BTreeMap::new(),
+                });
+                self.cells.last_mut().unwrap()
+            }
+        };
+        cell.figures.entry(kind.name()).or_default().push(fig);
+    }
+}
+
+// ------------------------------------------------------------------ drivers
+
+fn deadline(secs: f64) -> Instant {
+    Instant::now() + Duration::from_secs_f64(secs)
+}
+
+/// `threads` writers, each appending `batch` events per append until the window closes, each
+/// append guarded by `cond(thread, seq, unique_tag, last_seen)`.
+fn write_cell(
+    sys: &dyn System,
+    threads: usize,
+    batch: usize,
+    secs: f64,
+    prefix: &str,
+    start_after: u64,
+    cond: &(dyn Fn(&str, u64) -> Cond + Sync),
+) -> Res<Value> {
+    let last_seen = AtomicU64::new(start_after);
+    let end = deadline(secs);
+    let t0 = Instant::now();
+    let per_thread: Vec<Res<(u64, u64, u64, Vec<Duration>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let last_seen = &last_seen;
+                s.spawn(move || -> Res<(u64, u64, u64, Vec<Duration>)> {
+                    let (mut appends, mut events, mut rejected) = (0u64, 0u64, 0u64);
+                    let mut lat = Vec::new();
+                    let mut seq = 0u64;
+                    while Instant::now() < end {
+                        let tag = format!("{prefix}:{t}:{seq}");
+                        seq += 1;
+                        let evs = (0..batch)
+                            .map(|i| Ev { ty: WRITE_TYPE, tags: vec![tag.clone()], data: payload(seq * 1000 + i as u64) })
+                            .collect();
+                        let c = cond(&tag, last_seen.load(Ordering::Relaxed));
+                        let a = Instant::now();
+                        match sys.append(evs, &c)? {
+                            Some(last) => {
+                                lat.push(a.elapsed());
+                                last_seen.fetch_max(last, Ordering::Relaxed);
+                                appends += 1;
+                                events += batch as u64;
+                            }
+                            None => rejected += 1,
+                        }
+                    }
+                    Ok((appends, events, rejected, lat))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("writer panicked".into()))).collect()
+    });
+    let elapsed = t0.elapsed().as_secs_f64();
+    let (mut appends, mut events, mut rejected, mut lat) = (0, 0, 0, Vec::new());
+    for r in per_thread {
+        let (a, e, rj, l) = r?;
+        appends += a;
+        events += e;
+        rejected += rj;
+        lat.extend(l);
+    }
+    let (p50, p99) = machine::p50_p99(lat);
+    Ok(json!({
+        "value": events as f64 / elapsed,
+        "appends_per_s": appends as f64 / elapsed,
+        "events": events, "appends": appends,
+        "rejected_appends": rejected,
+        "latency_p50_us": p50, "latency_p99_us": p99,
+        "seconds": elapsed,
+    }))
+}
+
+/// `threads` readers, each running `op(rng)` until the window closes.
+fn read_cell(
+    sys: &dyn System,
+    threads: usize,
+    secs: f64,
+    seed: u64,
+    op: &(dyn Fn(&dyn System, &mut Rng) -> Res<systems::ReadOut> + Sync),
+) -> Res<Value> {
+    let end = deadline(secs);
+    let t0 = Instant::now();
+    let per: Vec<Res<(u64, u64, u64)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> Res<(u64, u64, u64)> {
+                    let mut rng = Rng::new(seed ^ (t as u64 + 1) * 0x1234567);
+                    let (mut ops, mut events, mut bytes) = (0, 0, 0);
+                    while Instant::now() < end {
+                        let out = op(sys, &mut rng)?;
+                        ops += 1;
+                        events += out.events;
+                        bytes += out.bytes;
+                    }
+                    Ok((ops, events, bytes))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".into()))).collect()
+    });
+    let elapsed = t0.elapsed().as_secs_f64();
+    let (mut ops, mut events, mut bytes) = (0, 0, 0);
+    for r in per {
+        let (o, e, b) = r?;
+        ops += o;
+        events += e;
+        bytes += b;
+    }
+    if events == 0 {
+        return Err("read nothing".into());
+    }
+    Ok(json!({
+        "value": events as f64 / elapsed,
+        "reads_per_s": ops as f64 / elapsed,
+        "mean_read_us": elapsed * threads as f64 / ops.max(1) as f64 * 1e6,
+        "events": events, "reads": ops, "payload_bytes": bytes, "seconds": elapsed,
+    }))
+}
+
+/// One reader running `op` until the window closes: operations per second and mean latency.
+fn op_cell(sys: &dyn System, secs: f64, seed: u64, op: &dyn Fn(&dyn System, &mut Rng) -> Res<u64>) -> Res<Value> {
+    let end = deadline(secs);
+    let mut rng = Rng::new(seed);
+    let t0 = Instant::now();
+    let (mut ops, mut events) = (0u64, 0u64);
+    while Instant::now() < end {
+        let n = op(sys, &mut rng)?;
+        if n == 0 {
+            return Err("an operation returned no event".into());
+        }
+        events += n;
+        ops += 1;
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    Ok(json!({
+        "value": ops as f64 / elapsed,
+        "mean_us": elapsed / ops as f64 * 1e6,
+        "ops": ops, "events": events, "seconds": elapsed,
+    }))
+}
+
+// ------------------------------------------------------------------ the run
+
+struct Args {
+    scale: Scale,
+    out: PathBuf,
+    systems: Vec<Kind>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = std::env::args().skip(1);
+    let mut scale = Scale::full();
+    let mut out = PathBuf::from("bench/results");
+    let mut systems = Kind::ALL.to_vec();
+    let mut overrides: Vec<(String, String)> = Vec::new();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => scale = Scale::quick(),
+            "--full" => scale = Scale::full(),
+            "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
+            "--systems" => {
+                let list = args.next().ok_or("--systems needs a list")?;
+                systems = list
+                    .split(',')
+                    .map(|s| Kind::ALL.into_iter().find(|k| k.name() == s).ok_or(format!("unknown system {s}")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--rounds" | "--corpus" | "--secs" | "--entities" => {
+                overrides.push((a.clone(), args.next().ok_or(format!("{a} needs a value"))?))
+            }
+            "-h" | "--help" => {
+                println!(
+                    "lapilli-bench [--quick|--full] [--out DIR] [--systems lapilli,tephra,umadb]\n\
+                     \t[--rounds N] [--corpus EVENTS] [--entities N] [--secs WINDOW]"
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    for (k, v) in overrides {
+        let bad = |_| format!("bad value {v} for {k}");
+        match k.as_str() {
+            "--rounds" => scale.rounds = v.parse().map_err(bad)?,
+            "--corpus" => scale.corpus = v.parse().map_err(bad)?,
+            "--entities" => scale.entities = v.parse().map_err(bad)?,
+            "--secs" => scale.secs = v.parse().map_err(|_| format!("bad value {v} for {k}"))?,
+            _ => unreachable!(),
+        }
+        scale.name = "custom";
+    }
+    Ok(Args { scale, out, systems })
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("lapilli-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let scale = args.scale.clone();
+    let root = repo_root();
+    let data = root.join("target").join("bench-data");
+    fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+    let fs_name = machine::filesystem(&data)?;
+    let _ = fs::remove_dir_all(data.join("run"));
+    let run_dir = data.join("run");
+    fs::create_dir_all(&run_dir).map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let load_start = machine::loadavg();
+    eprintln!(
+        "lapilli-bench: {} scale: {} rounds, corpus {} events of {EVENT_BYTES} bytes ({} entities), \
+         {} s windows, segments {} MiB; data in {} ({fs_name}); load {load_start}",
+        scale.name,
+        scale.rounds,
+        scale.corpus,
+        scale.entities,
+        scale.secs,
+        scale.segment_size >> 20,
+        run_dir.display()
+    );
+    if scale.name == "quick" {
+        eprintln!("  (quick: corpora of 200k events instead of 2M; W3 on 200k instead of 1M; startup on the corpus, not 10M)");
+    }
+    let config = Config { segment_size: scale.segment_size };
+    let mut results = Results::default();
+    let mut limits = Vec::new();
+    let systems = args.systems.clone();
+
+    // Corpora, one per system, built once.
+    let mut corpus: BTreeMap<&'static str, Box<dyn System>> = BTreeMap::new();
+    let mut build = BTreeMap::new();
+    for &k in &systems {
+        let dir = run_dir.join("corpus").join(k.name());
+        let sys = systems::open(k, &dir, &config)?;
+        let t = Instant::now();
+        let chunk = 1000u64;
+        let mut i = 0;
+        while i < scale.corpus {
+            let n = chunk.min(scale.corpus - i);
+            let evs = (i..i + n).map(|j| corpus_event(j, scale.entities)).collect();
+            sys.append(evs, &Cond::None)?.ok_or("unconditional append rejected")?;
+            i += n;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!("  built {} corpus: {} events in {secs:.1} s", k.name(), scale.corpus);
+        build.insert(k.name(), json!({"events": scale.corpus, "seconds": secs, "events_per_s": scale.corpus as f64 / secs}));
+        corpus.insert(k.name(), sys);
+    }
+    // Close and reopen once, so every round starts from a cleanly closed corpus.
+    for &k in &systems {
+        corpus.remove(k.name()).unwrap().close()?;
+        let dir = run_dir.join("corpus").join(k.name());
+        corpus.insert(k.name(), systems::open(k, &dir, &config)?);
+    }
+
+    let secs = scale.secs;
+    for round in 0..scale.rounds {
+        eprintln!("round {} of {} (load {})", round + 1, scale.rounds, machine::loadavg());
+        let mut order = systems.clone();
+        let n = order.len();
+        order.rotate_left(round % n);
+        let seed = 0xBE7C4 + round as u64 * 1_000_003;
+
+        eprintln!("  machine limits");
+        limits.push(machine::limits(&run_dir.join("limits"), &scale.limits, seed)?);
+
+        // ---- writes on fresh stores: W1, W2
+        let mut fresh: BTreeMap<&'static str, Box<dyn System>> = BTreeMap::new();
+        for &k in &order {
+            let dir = run_dir.join(format!("write-{round}")).join(k.name());
+            fresh.insert(k.name(), systems::open(k, &dir, &config)?);
+        }
+        let guard = |tag: &str, last: u64| Cond::Guard { ty: WRITE_TYPE, tag: tag.into(), after: Some(last) };
+        for (threads, batch) in [(16, 1), (16, 64), (16, 512), (64, 1), (64, 64), (64, 512)] {
+            let id = format!("W1 batch {batch}, {threads} writers");
+            for &k in &order {
+                let sys = fresh[k.name()].as_ref();
+                let prefix = format!("w1-{round}-{threads}-{batch}");
+                let head = sys.head()?;
+                let fig = write_cell(sys, threads, batch, secs, &prefix, head, &guard);
+                results.record(&id, "W1", "guarded appends, batch of N events each, events/s", "events/s", true, k, fig);
+            }
+        }
+        for writers in [1, 8, 64, 128] {
+            let id = format!("W2 unbatched, {writers} writers");
+            for &k in &order {
+                let sys = fresh[k.name()].as_ref();
+                let prefix = format!("w2-{round}-{writers}");
+                let head = sys.head()?;
+                let fig = write_cell(sys, writers, 1, secs, &prefix, head, &guard);
+                results.record(&id, "W2", "guarded single-event appends, events/s (p50/p99 latency in the JSON)", "events/s", true, k, fig.clone());
+                if let Ok(v) = fig {
+                    for (name, key) in [("p50", "latency_p50_us"), ("p99", "latency_p99_us")] {
+                        let lid = format!("W2 {name} latency, {writers} writers");
+                        results.record(&lid, "W2", "append latency", "us", false, k, Ok(json!({"value": v[key]})));
+                    }
+                }
+            }
+        }
+        for (_, sys) in std::mem::take(&mut fresh) {
+            sys.close()?;
+        }
+        let _ = fs::remove_dir_all(run_dir.join(format!("write-{round}")));
+
+        // ---- warm reads on the corpora: R1, R2, R4, R5
+        for &k in &order {
+            machine::warm_dir(&run_dir.join("corpus").join(k.name()));
+        }
+        let entities = scale.entities;
+        let corpus_n = scale.corpus;
+        for readers in [16, 64] {
+            let id = format!("R1 warm selective, {readers} readers");
+            for &k in &order {
+                let fig = read_cell(corpus[k.name()].as_ref(), readers, secs, seed, &|s, rng| {
+                    s.read(&Q::Tag(format!("entity:{}", rng.below(entities))), 0, None, false)
+                });
+                results.record(&id, "R1", "one entity's events (about corpus/entities), events/s", "events/s", true, k, fig);
+            }
+        }
+        for (label, grade) in [("full scan", 0u64), ("1/10", 10), ("1/100", 100), ("1/1000", 1000)] {
+            let id = format!("R2 warm {label}, 16 readers");
+            for &k in &order {
+                let fig = read_cell(corpus[k.name()].as_ref(), 16, secs, seed, &|s, rng| {
+                    if grade == 0 {
+                        s.read(&Q::All, 0, None, false)
+                    } else {
+                        s.read(&Q::Tag(format!("s{grade}:{}", rng.below(grade))), 0, None, false)
+                    }
+                });
+                results.record(&id, "R2", "ordered read of a graded selectivity, events/s", "events/s", true, k, fig);
+            }
+        }
+        for &k in &order {
+            let fig = op_cell(corpus[k.name()].as_ref(), secs, seed, &|s, rng| {
+                Ok(s.read(&Q::Tag(format!("entity:{}", rng.below(entities))), 0, Some(1), true)?.events)
+            });
+            let desc = format!("newest event of an entity (~{} events), backwards limit 1, reads/s", corpus_n / entities);
+            results.record("R4 last event of an entity", "R4", &desc, "reads/s", true, k, fig);
+        }
+        for &k in &order {
+            let fig = op_cell(corpus[k.name()].as_ref(), secs, seed, &|s, rng| {
+                Ok(s.read(&Q::Tag(format!("s10:{}", rng.below(10))), 0, Some(1), true)?.events)
+            });
+            let desc = format!("newest event of a tag with ~{} events, backwards limit 1, reads/s", corpus_n / 10);
+            results.record("R4 last event of a 1/10 tag", "R4", &desc, "reads/s", true, k, fig);
+        }
+        for &k in &order {
+            let fig = op_cell(corpus[k.name()].as_ref(), secs, seed, &|s, rng| {
+                let tag = Q::Tag(format!("s100:{}", rng.below(100)));
+                let (mut after, mut n) = (0, 0);
+                for _ in 0..5 {
+                    let page = s.read(&tag, after, Some(100), false)?;
+                    if page.events == 0 {
+                        break;
+                    }
+                    after = page.last;
+                    n += page.events;
+                }
+                Ok(n)
+            });
+            results.record("R4 5-page cursor walk", "R4", "5 pages of 100 over a 1/100 tag (after = last position), walks/s", "walks/s", true, k, fig);
+        }
+        for &k in &order {
+            let sys = corpus[k.name()].as_ref();
+            let fig = systems::unsupported(k, "subscribe").map(|e| Err(e.to_string())).unwrap_or_else(|| {
+                let head = sys.head()?;
+                let t = Instant::now();
+                let out = sys.catch_up(head)?;
+                let s = t.elapsed().as_secs_f64();
+                Ok(json!({"value": out.events as f64 / s, "events": out.events, "seconds": s}))
+            });
+            results.record("R5 subscription catch-up", "R5", "subscribe to everything from 0 until caught up, events/s", "events/s", true, k, fig);
+        }
+        for &k in &order {
+            let sys = corpus[k.name()].as_ref();
+            let fig = systems::unsupported(k, "subscribe").map(|e| Err(e.to_string())).unwrap_or_else(|| {
+                let lat = sys.live_latency(&format!("live:{round}"), scale.live_events, EVENT_BYTES)?;
+                let (p50, p99) = machine::p50_p99(lat);
+                Ok(json!({"value": p50, "p99_us": p99, "events": scale.live_events}))
+            });
+            results.record("R5 live latency p50", "R5", "append call to delivery on a subscriber (includes the fsync), one event at a time", "us", false, k, fig);
+        }
+
+        // ---- conditions on the prepopulated store: W3, W4 (16 writers, one event per append)
+        let cells: [(&str, &str, &(dyn Fn(&str, u64, u64) -> Cond + Sync)); 4] = [
+            ("W3 uniqueness guard", "guard on a new tag with `after` omitted (the whole log), 16 writers, events/s", &|tag, _last, _stale| Cond::Guard {
+                ty: WRITE_TYPE,
+                tag: tag.into(),
+                after: None,
+            }),
+            ("W3 existence clause", "boundary guard after the head plus an existence clause on a new tag, 16 writers, events/s", &|tag, last, _stale| Cond::Exists {
+                ty: WRITE_TYPE,
+                tag: tag.into(),
+                after: last,
+                exists_tag: format!("{tag}:x"),
+            }),
+            ("W4 stale cursor (after = head/2)", "guard with `after` half the log back, 16 writers, events/s", &|tag, _last, stale| Cond::Guard {
+                ty: WRITE_TYPE,
+                tag: tag.into(),
+                after: Some(stale),
+            }),
+            ("W4 head-first (after = head)", "guard with `after` at the head, 16 writers, events/s", &|tag, last, _stale| Cond::Guard {
+                ty: WRITE_TYPE,
+                tag: tag.into(),
+                after: Some(last),
+            }),
+        ];
+        for (id, desc, mk) in cells {
+            for &k in &order {
+                let sys = corpus[k.name()].as_ref();
+                let fig = if id.contains("existence") && systems::unsupported(k, "exists").is_some() {
+                    Err(systems::unsupported(k, "exists").unwrap().to_string())
+                } else {
+                    let head = sys.head()?;
+                    let stale = head / 2;
+                    let prefix = format!("{}-{round}", &id[..2]);
+                    write_cell(sys, 16, 1, secs, &prefix, head, &|tag, last| mk(tag, last, stale))
+                };
+                let group = if id.starts_with("W3") { "W3" } else { "W4" };
+                results.record(id, group, desc, "events/s", true, k, fig);
+            }
+        }
+
+        // ---- startup and cold reads: close, evict, reopen (timed), R3
+        for &k in &order {
+            let dir = run_dir.join("corpus").join(k.name());
+            corpus.remove(k.name()).unwrap().close()?;
+            machine::evict_dir(&dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
+            let resident = machine::files(&dir)
+                .iter()
+                .map(|f| fs::metadata(f).map(|m| m.len()).unwrap_or(0) as f64 * machine::resident_fraction(f))
+                .sum::<f64>();
+            let rss0 = machine::rss();
+            let t = Instant::now();
+            let opened = systems::open(k, &dir, &config);
+            let open_s = t.elapsed().as_secs_f64();
+            let sys = opened?;
+            let head = sys.head()?;
+            let rss1 = machine::rss();
+            let fig = Ok(json!({
+                "value": open_s * 1e3,
+                "head": head,
+                "store_bytes": machine::dir_bytes(&dir),
+                "rss_growth_bytes": rss1.saturating_sub(rss0),
+                "resident_bytes_before_open": resident,
+            }));
+            results.record("Startup open time (cold cache)", "Startup", "open after a clean close, store files evicted, ms", "ms", false, k, fig);
+            results.record(
+                "Startup RSS growth",
+                "Startup",
+                "growth of this process's resident memory across the open, MiB",
+                "MiB",
+                false,
+                k,
+                Ok(json!({"value": rss1.saturating_sub(rss0) as f64 / 1048576.0})),
+            );
+            // R3: distinct entities, read once each, right after the cold open.
+            let mut rng = Rng::new(seed ^ 0xC01D);
+            let mut picks: Vec<u64> = Vec::new();
+            while picks.len() < scale.cold_entities.min(entities as usize) {
+                let e = rng.below(entities);
+                if !picks.contains(&e) {
+                    picks.push(e);
+                }
+            }
+            let next = AtomicU64::new(0);
+            let t = Instant::now();
+            let per: Vec<Res<(u64, u64)>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..16)
+                    .map(|_| {
+                        let (sys, picks, next) = (sys.as_ref(), &picks, &next);
+                        s.spawn(move || -> Res<(u64, u64)> {
+                            let (mut events, mut reads) = (0, 0);
+                            loop {
+                                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                                let Some(e) = picks.get(i) else { break };
+                                events += sys.read(&Q::Tag(format!("entity:{e}")), 0, None, false)?.events;
+                                reads += 1;
+                            }
+                            Ok((events, reads))
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".into()))).collect()
+            });
+            let el = t.elapsed().as_secs_f64();
+            let fig = per.into_iter().collect::<Res<Vec<_>>>().map(|v| {
+                let events: u64 = v.iter().map(|x| x.0).sum();
+                json!({"value": events as f64 / el, "events": events, "entities": picks.len(), "seconds": el})
+            });
+            results.record("R3 cold selective, 16 readers", "R3", "distinct entities read once each right after evicting every store file and reopening, events/s", "events/s", true, k, fig);
+            corpus.insert(k.name(), sys);
+        }
+    }
+    for (_, sys) in corpus {
+        sys.close()?;
+    }
+    let load_end = machine::loadavg();
+    let total = started.elapsed().as_secs_f64();
+    eprintln!("done in {total:.0} s (load {load_end})");
+
+    let date = machine::sh("date -u +%Y-%m-%d");
+    let run = json!({
+        "date_utc": machine::sh("date -u +%Y-%m-%dT%H:%M:%SZ"),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "scale": scale.name,
+        "rounds": scale.rounds,
+        "corpus_events": scale.corpus,
+        "entities": scale.entities,
+        "event_bytes": EVENT_BYTES,
+        "window_seconds": scale.secs,
+        "segment_size_bytes": scale.segment_size,
+        "systems": systems.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "loadavg_start": load_start,
+        "loadavg_end": load_end,
+        "duration_seconds": total,
+        "corpus_build": build,
+        "interleaving": "per cell, every system in turn; the order rotates each round",
+        "umadb_writer": format!("writer_thread_blocking, append_batch_max_events = {} (its server's value)", systems::UMADB_APPEND_BATCH_MAX_EVENTS),
+        "tephra_config": "SegmentSet + WriteCoordinator, WriterConfig::default()",
+    });
+    let versions = json!({
+        "lapilli": format!("lapilli-core {} (git {})", env!("CARGO_PKG_VERSION"), machine::sh(&format!("git -C {} rev-parse --short HEAD", root.display()))),
+        "tephra": "0.4.1",
+        "umadb-core": "0.7.8",
+    });
+    let doc = report::document(run, machine::facts(&data), versions, limits, &results);
+    fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
+    let stem = format!("{}-{date}", scale.name);
+    let json_path = args.out.join(format!("{stem}.json"));
+    let md_path = args.out.join(format!("{stem}.md"));
+    fs::write(&json_path, serde_json::to_string_pretty(&doc).unwrap()).map_err(|e| e.to_string())?;
+    fs::write(&md_path, report::markdown(&doc)).map_err(|e| e.to_string())?;
+    eprintln!("wrote {} and {}", json_path.display(), md_path.display());
+    let _ = fs::remove_dir_all(&run_dir);
+    Ok(())
+}
