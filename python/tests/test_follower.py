@@ -1,7 +1,6 @@
 """A read-only follower in this Python process, following a store that another process writes:
 the core's `append_forever` example, a Rust writer appending batches until it is killed."""
 
-import os
 import pathlib
 import struct
 import subprocess
@@ -11,19 +10,6 @@ import time
 import pytest
 
 from lapilli import Event, Query, ReadOnlyError, Store
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def writer_binary() -> pathlib.Path:
-    subprocess.run(
-        ["cargo", "build", "-q", "--release", "-p", "lapilli-core", "--example", "append_forever"],
-        cwd=ROOT,
-        check=True,
-    )
-    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    return target / "release" / "examples" / "append_forever"
 
 
 def start_writer(binary: pathlib.Path, store: pathlib.Path) -> subprocess.Popen:
@@ -53,9 +39,9 @@ def check_whole_batches(events) -> None:
     assert [e.position for e in events] == list(range(1, len(events) + 1))
 
 
-def test_a_follower_follows_a_writer_process_through_kill_and_restart(tmp_path, writer_binary):
+def test_a_follower_follows_a_writer_process_through_kill_and_restart(tmp_path, append_forever):
     store = tmp_path / "live"
-    writer = start_writer(writer_binary, store)
+    writer = start_writer(append_forever, store)
     try:
         with Store.open_read_only(store) as follower:
             delivered = []
@@ -78,7 +64,7 @@ def test_a_follower_follows_a_writer_process_through_kill_and_restart(tmp_path, 
                 writer.kill()
                 writer.wait()
                 at_kill = follower.head()
-                writer = start_writer(writer_binary, store)
+                writer = start_writer(append_forever, store)
                 eventually("the restarted writer to be followed", lambda: follower.head() > at_kill)
             eventually("the subscription to catch up", lambda: len(delivered) >= follower.head() - 50)
             subscription.close()

@@ -12,16 +12,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "examples" / "notebooks" / "analysis.ipynb"
 
 
-def _writer_binary() -> pathlib.Path:
-    subprocess.run(
-        ["cargo", "build", "-q", "--release", "-p", "lapilli-core", "--example", "append_forever"],
-        cwd=ROOT,
-        check=True,
-    )
-    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    return target / "release" / "examples" / "append_forever"
-
-
 def _execute(env_store: str) -> nbformat.NotebookNode:
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     previous = os.environ.get("LAPILLI_STORE")
@@ -40,9 +30,9 @@ def _outputs(notebook: nbformat.NotebookNode, kind: str) -> list:
     return [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == kind]
 
 
-def test_the_notebook_reads_a_live_store_through_a_follower(tmp_path):
+def test_the_notebook_reads_a_live_store_through_a_follower(tmp_path, append_forever):
     store = tmp_path / "live"
-    writer = subprocess.Popen([str(_writer_binary()), str(store)], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([str(append_forever), str(store)], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
         notebook = _execute(str(store))
