@@ -1,0 +1,231 @@
+//! The Rust reference for the per-runtime drivers: the same shapes as `python_driver.py`,
+//! `node_driver.mjs` and `kotlin/`, measured in the same run so every binding's figure is a
+//! ratio to this one.
+//!
+//!   lapilli-drivers prepare read_store=DIR events=200000
+//!   lapilli-drivers run read_store=DIR work=DIR batches=N concurrent=N scans=N selective=N catchups=N
+//!
+//! `run` prints one JSON object per shape: {"runtime","shape","events","seconds","events_per_s"}.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use lapilli_core::{
+    AppendCondition, Durability, Event, Options, Position, Query, QueryItem, ReadOptions, Store,
+};
+
+const EVENT_TYPE: &str = "Measured";
+const DATA_BYTES: usize = 256;
+const BATCH: usize = 512;
+const WORKERS: usize = 64;
+/// Entities in the read store: `entity:<n>` selects about 1/1000 of it.
+const ENTITIES: u64 = 1000;
+
+type Res<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("lapilli-drivers: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Res<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = args.first().ok_or("usage: lapilli-drivers prepare|run key=value...")?.clone();
+    let params: HashMap<String, String> = args[1..]
+        .iter()
+        .map(|a| a.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or(format!("not key=value: {a}")))
+        .collect::<Result<_, _>>()?;
+    let get = |k: &str| params.get(k).ok_or_else(|| format!("missing {k}=..."));
+    let num = |k: &str| -> Res<u64> { Ok(get(k)?.parse::<u64>().map_err(|e| format!("{k}: {e}"))?) };
+    match command.as_str() {
+        "prepare" => prepare(Path::new(get("read_store")?), num("events")?),
+        "run" => {
+            let read_store = PathBuf::from(get("read_store")?);
+            let work = PathBuf::from(get("work")?);
+            std::fs::create_dir_all(&work)?;
+            append_batched(&work.join("rust-batched"), num("batches")?)?;
+            append_concurrent(&work.join("rust-concurrent"), num("concurrent")?)?;
+            let store = Store::open(&read_store, Options::default())?;
+            read_warm_scan(&store, num("scans")?)?;
+            read_selective(&store, num("selective")?)?;
+            subscribe_catch_up(&store, num("catchups")?)?;
+            store.close()?;
+            Ok(())
+        }
+        other => Err(format!("unknown command {other}").into()),
+    }
+}
+
+fn event(i: u64, data: &[u8]) -> Event {
+    Event::new(EVENT_TYPE, [format!("entity:{}", i % ENTITIES)], data.to_vec())
+}
+
+/// One type and one tag that no event carries: the guarded path, never a conflict.
+fn never() -> AppendCondition {
+    AppendCondition::new(Query::of([QueryItem::new(["NeverAppended"], ["never:0"])]))
+}
+
+fn report(shape: &str, events: u64, seconds: f64) {
+    println!(
+        "{{\"runtime\":\"rust\",\"shape\":\"{shape}\",\"events\":{events},\"seconds\":{seconds:.6},\"events_per_s\":{:.1}}}",
+        events as f64 / seconds
+    );
+}
+
+/// The read store: `events` events of 256 bytes, `entity:<i % 1000>`, in batches of 512.
+fn prepare(dir: &Path, events: u64) -> Res<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    let store = Store::open(dir, Options { durability: Durability::Buffered, ..Options::default() })?;
+    let data = vec![7u8; DATA_BYTES];
+    let mut i = 0;
+    while i < events {
+        let n = (events - i).min(BATCH as u64);
+        store.append((i..i + n).map(|j| event(j, &data)).collect(), None)?;
+        i += n;
+    }
+    store.wait_for_sealing();
+    store.close()?;
+    Ok(())
+}
+
+fn fresh(dir: &Path) -> Res<Store> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    Ok(Store::open(dir, Options::default())?)
+}
+
+fn append_batched(dir: &Path, batches: u64) -> Res<()> {
+    let store = fresh(dir)?;
+    let data = vec![7u8; DATA_BYTES];
+    let started = Instant::now();
+    for b in 0..batches {
+        let first = b * BATCH as u64;
+        let events = (first..first + BATCH as u64).map(|i| event(i, &data)).collect();
+        store.append(events, Some(never()))?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    check(store.head()?.get(), batches * BATCH as u64, "append_batched head")?;
+    store.close()?;
+    std::fs::remove_dir_all(dir)?;
+    report("append_batched", batches * BATCH as u64, seconds);
+    Ok(())
+}
+
+fn append_concurrent(dir: &Path, per_worker: u64) -> Res<()> {
+    let store = Arc::new(fresh(dir)?);
+    let started = Instant::now();
+    let threads: Vec<_> = (0..WORKERS as u64)
+        .map(|w| {
+            let store = store.clone();
+            std::thread::spawn(move || -> lapilli_core::Result<()> {
+                let data = vec![7u8; DATA_BYTES];
+                for i in 0..per_worker {
+                    store.append(vec![event(w * per_worker + i, &data)], Some(never()))?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().map_err(|_| "append thread panicked")??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let total = WORKERS as u64 * per_worker;
+    check(store.head()?.get(), total, "append_concurrent head")?;
+    store.close()?;
+    std::fs::remove_dir_all(dir)?;
+    report("append_concurrent", total, seconds);
+    Ok(())
+}
+
+/// Iterates the read (owned `SequencedEvent`s, what every binding hands its caller); also the
+/// zero-copy `visit` as a second figure.
+fn read_warm_scan(store: &Store, scans: u64) -> Res<()> {
+    let head = store.head()?.get();
+    // Warm the page cache (and the index) once, untimed.
+    scan_iter(store, head)?;
+    let started = Instant::now();
+    for _ in 0..scans {
+        scan_iter(store, head)?;
+    }
+    report("read_warm_scan", scans * head, started.elapsed().as_secs_f64());
+    let started = Instant::now();
+    for _ in 0..scans {
+        let mut read = store.read(&Query::all(), ReadOptions::default())?;
+        let (mut n, mut bytes) = (0u64, 0u64);
+        loop {
+            let seen = read.visit(1024, |e| {
+                n += 1;
+                bytes += e.data.len() as u64;
+            })?;
+            if seen == 0 {
+                break;
+            }
+        }
+        check(n, head, "visit count")?;
+        check(bytes, head * DATA_BYTES as u64, "visit bytes")?;
+    }
+    report("read_warm_scan_visit", scans * head, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn scan_iter(store: &Store, head: u64) -> Res<()> {
+    let (mut n, mut bytes) = (0u64, 0u64);
+    for event in store.read(&Query::all(), ReadOptions::default())? {
+        let event = event?;
+        n += 1;
+        bytes += event.data.len() as u64;
+    }
+    check(n, head, "scan count")?;
+    check(bytes, head * DATA_BYTES as u64, "scan bytes")
+}
+
+fn read_selective(store: &Store, reads: u64) -> Res<()> {
+    let head = store.head()?.get();
+    let expected = |k: u64| head / ENTITIES + u64::from(k < head % ENTITIES);
+    let started = Instant::now();
+    let mut total = 0;
+    for r in 0..reads {
+        let k = (r * 7919) % ENTITIES;
+        let mut n = 0;
+        for event in store.read(&Query::for_tags([format!("entity:{k}")]), ReadOptions::default())? {
+            event?;
+            n += 1;
+        }
+        check(n, expected(k), "selective count")?;
+        total += n;
+    }
+    report("read_selective", total, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn subscribe_catch_up(store: &Store, passes: u64) -> Res<()> {
+    let head = store.head()?.get();
+    let started = Instant::now();
+    for _ in 0..passes {
+        let sub = store.subscribe(&Query::all(), Position::ZERO)?;
+        let mut n = 0;
+        while n < head {
+            let batch = sub.next_batch(1024, None)?.ok_or("subscription ended early")?;
+            n += batch.len() as u64;
+        }
+        check(sub.position().get(), head, "subscription position")?;
+        sub.close();
+    }
+    report("subscribe_catch_up", passes * head, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn check(got: u64, want: u64, what: &str) -> Res<()> {
+    if got != want {
+        return Err(format!("{what}: got {got}, expected {want}").into());
+    }
+    Ok(())
+}
