@@ -24,7 +24,11 @@ pub fn filesystem(dir: &Path) -> Result<String, String> {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: plain syscall with a valid path and buffer.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(format!("statfs {}: {}", dir.display(), std::io::Error::last_os_error()));
+        return Err(format!(
+            "statfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     let name = match st.f_type as u64 {
         0xEF53 => "ext4",
@@ -38,7 +42,10 @@ pub fn filesystem(dir: &Path) -> Result<String, String> {
         other => return Ok(format!("unknown (f_type {other:#x})")),
     };
     if name == "tmpfs" || name == "ramfs" {
-        return Err(format!("{} is on {name}: fsync there is free and write figures would lie", dir.display()));
+        return Err(format!(
+            "{} is on {name}: fsync there is free and write figures would lie",
+            dir.display()
+        ));
     }
     Ok(name.to_string())
 }
@@ -46,14 +53,25 @@ pub fn filesystem(dir: &Path) -> Result<String, String> {
 pub fn facts(data_dir: &Path) -> Value {
     let mem_kib: u64 = fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("MemTotal:")).map(|l| l.to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .map(|l| l.to_string())
+        })
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         .unwrap_or(0);
     let cpu = fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_default();
-    let device = sh(&format!("df --output=source {} | tail -1", data_dir.display()));
+    let device = sh(&format!(
+        "df --output=source {} | tail -1",
+        data_dir.display()
+    ));
     json!({
         "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "cpu": cpu,
@@ -69,15 +87,28 @@ pub fn facts(data_dir: &Path) -> Value {
 }
 
 pub fn loadavg() -> String {
-    fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Resident set size of this process, in bytes.
 pub fn rss() -> u64 {
     fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| l.to_string()))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(|l| l.to_string())
+        })
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
         .unwrap_or(0)
         * 1024
 }
@@ -98,7 +129,11 @@ pub fn files(dir: &Path) -> Vec<PathBuf> {
 }
 
 pub fn dir_bytes(dir: &Path) -> u64 {
-    files(dir).iter().filter_map(|f| fs::metadata(f).ok()).map(|m| m.len()).sum()
+    files(dir)
+        .iter()
+        .filter_map(|f| fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 /// Drops `path` from the page cache (written back first). Pages mapped by a live mapping stay:
@@ -123,14 +158,23 @@ pub fn evict_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Fraction of `path`'s pages in the page cache (mincore), to check an eviction took.
 pub fn resident_fraction(path: &Path) -> f64 {
-    let Ok(f) = File::open(path) else { return f64::NAN };
+    let Ok(f) = File::open(path) else {
+        return f64::NAN;
+    };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0) as usize;
     if len == 0 {
         return 0.0;
     }
     // SAFETY: read-only shared mapping of a file we opened; unmapped before return.
     unsafe {
-        let addr = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0);
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
         if addr == libc::MAP_FAILED {
             return f64::NAN;
         }
@@ -166,7 +210,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 pub fn p50_p99(mut v: Vec<Duration>) -> (f64, f64) {
     v.sort();
-    (percentile(&v, 0.5).as_secs_f64() * 1e6, percentile(&v, 0.99).as_secs_f64() * 1e6)
+    (
+        percentile(&v, 0.5).as_secs_f64() * 1e6,
+        percentile(&v, 0.99).as_secs_f64() * 1e6,
+    )
 }
 
 /// The machine's physical limits, measured now in `dir`.
@@ -184,7 +231,11 @@ pub fn limits(dir: &Path, scale: &LimitScale, seed: u64) -> Result<Value, String
     // fdatasync latency of a 4 KiB append.
     let path = dir.join("fsync.bin");
     let _ = fs::remove_file(&path);
-    let mut f = OpenOptions::new().create(true).append(true).open(&path).map_err(io)?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(io)?;
     let block = vec![0xa5u8; 4096];
     let mut lat = Vec::with_capacity(scale.fsync_appends);
     for _ in 0..scale.fsync_appends {
@@ -200,8 +251,15 @@ pub fn limits(dir: &Path, scale: &LimitScale, seed: u64) -> Result<Value, String
     // Sequential write bandwidth: 1 MiB writes, one fsync at the end.
     let path = dir.join("seq.bin");
     let _ = fs::remove_file(&path);
-    let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path).map_err(io)?;
-    let chunk: Vec<u8> = (0..(1 << 20)).map(|i| (i as u32).wrapping_mul(2654435761) as u8).collect();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(io)?;
+    let chunk: Vec<u8> = (0..(1 << 20))
+        .map(|i| (i as u32).wrapping_mul(2654435761) as u8)
+        .collect();
     let t = Instant::now();
     let mut written = 0;
     while written < scale.seq_bytes {

@@ -75,7 +75,11 @@ impl Scale {
             segment_size: 32 << 20,
             cold_entities: 64,
             live_events: 100,
-            limits: machine::LimitScale { fsync_appends: 200, seq_bytes: 256 << 20, random_reads: 4000 },
+            limits: machine::LimitScale {
+                fsync_appends: 200,
+                seq_bytes: 256 << 20,
+                random_reads: 4000,
+            },
         }
     }
 
@@ -89,7 +93,11 @@ impl Scale {
             segment_size: 256 << 20,
             cold_entities: 256,
             live_events: 300,
-            limits: machine::LimitScale { fsync_appends: 1000, seq_bytes: 1 << 30, random_reads: 20000 },
+            limits: machine::LimitScale {
+                fsync_appends: 1000,
+                seq_bytes: 1 << 30,
+                random_reads: 20000,
+            },
         }
     }
 }
@@ -139,11 +147,24 @@ pub struct Results {
 }
 
 impl Results {
-    fn record(&mut self, id: &str, group: &'static str, desc: &str, unit: &'static str, hib: bool, kind: Kind, fig: Res<Value>) {
+    fn record(
+        &mut self,
+        id: &str,
+        group: &'static str,
+        desc: &str,
+        unit: &'static str,
+        hib: bool,
+        kind: Kind,
+        fig: Res<Value>,
+    ) {
         if let Err(e) = &fig {
             eprintln!("    {id} {}: {e}", kind.name());
         } else if let Ok(v) = &fig {
-            eprintln!("    {id:<28} {:<8} {:>14.1} {unit}", kind.name(), v["value"].as_f64().unwrap_or(f64::NAN));
+            eprintln!(
+                "    {id:<28} {:<8} {:>14.1} {unit}",
+                kind.name(),
+                v["value"].as_f64().unwrap_or(f64::NAN)
+            );
         }
         let cell = match self.cells.iter_mut().position(|c| c.id == id) {
             Some(i) => &mut self.cells[i],
@@ -195,7 +216,11 @@ fn write_cell(
                         let tag = format!("{prefix}:{t}:{seq}");
                         seq += 1;
                         let evs = (0..batch)
-                            .map(|i| Ev { ty: WRITE_TYPE, tags: vec![tag.clone()], data: payload(seq * 1000 + i as u64) })
+                            .map(|i| Ev {
+                                ty: WRITE_TYPE,
+                                tags: vec![tag.clone()],
+                                data: payload(seq * 1000 + i as u64),
+                            })
                             .collect();
                         let c = cond(&tag, last_seen.load(Ordering::Relaxed));
                         let a = Instant::now();
@@ -213,7 +238,10 @@ fn write_cell(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("writer panicked".into()))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("writer panicked".into())))
+            .collect()
     });
     let elapsed = t0.elapsed().as_secs_f64();
     let (mut appends, mut events, mut rejected, mut lat) = (0, 0, 0, Vec::new());
@@ -261,7 +289,9 @@ fn read_cell(
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".into()))).collect()
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".into())))
+            .collect()
     });
     let elapsed = t0.elapsed().as_secs_f64();
     let (mut ops, mut events, mut bytes) = (0, 0, 0);
@@ -283,7 +313,12 @@ fn read_cell(
 }
 
 /// One reader running `op` until the window closes: operations per second and mean latency.
-fn op_cell(sys: &dyn System, secs: f64, seed: u64, op: &dyn Fn(&dyn System, &mut Rng) -> Res<u64>) -> Res<Value> {
+fn op_cell(
+    sys: &dyn System,
+    secs: f64,
+    seed: u64,
+    op: &dyn Fn(&dyn System, &mut Rng) -> Res<u64>,
+) -> Res<Value> {
     let end = deadline(secs);
     let mut rng = Rng::new(seed);
     let t0 = Instant::now();
@@ -327,8 +362,18 @@ fn parse_args() -> Result<Args, String> {
                 let list = args.next().ok_or("--systems needs a list")?;
                 systems = list
                     .split(',')
-                    .map(|s| Kind::ALL.into_iter().find(|k| k.name() == s).ok_or(format!("unknown system {s}")))
+                    .map(|s| {
+                        Kind::ALL
+                            .into_iter()
+                            .find(|k| k.name() == s)
+                            .ok_or(format!("unknown system {s}"))
+                    })
                     .collect::<Result<_, _>>()?;
+            }
+            "--only" => {
+                let list = args.next().ok_or("--only needs a list")?;
+                let _ = ONLY.set(list.split('|').map(String::from).collect());
+                scale.name = "partial";
             }
             "--rounds" | "--corpus" | "--secs" | "--entities" => {
                 overrides.push((a.clone(), args.next().ok_or(format!("{a} needs a value"))?))
@@ -336,7 +381,8 @@ fn parse_args() -> Result<Args, String> {
             "-h" | "--help" => {
                 println!(
                     "lapilli-bench [--quick|--full] [--out DIR] [--systems lapilli,tephra,umadb]\n\
-                     \t[--rounds N] [--corpus EVENTS] [--entities N] [--secs WINDOW]"
+                     \t[--rounds N] [--corpus EVENTS] [--entities N] [--secs WINDOW]\n\
+                     \t[--only 'CELL-SUBSTRING|...']"
                 );
                 std::process::exit(0);
             }
@@ -354,11 +400,26 @@ fn parse_args() -> Result<Args, String> {
         }
         scale.name = "custom";
     }
-    Ok(Args { scale, out, systems })
+    Ok(Args {
+        scale,
+        out,
+        systems,
+    })
+}
+
+static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Whether the cell `id` runs (`--only` narrows the run to cells containing one of its strings).
+fn want(id: &str) -> bool {
+    ONLY.get()
+        .is_none_or(|only| only.is_empty() || only.iter().any(|o| id.contains(o.as_str())))
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn main() {
@@ -392,9 +453,13 @@ fn run() -> Result<(), String> {
         run_dir.display()
     );
     if scale.name == "quick" {
-        eprintln!("  (quick: corpora of 200k events instead of 2M; W3 on 200k instead of 1M; startup on the corpus, not 10M)");
+        eprintln!(
+            "  (quick: corpora of 200k events instead of 2M; W3 on 200k instead of 1M; startup on the corpus, not 10M)"
+        );
     }
-    let config = Config { segment_size: scale.segment_size };
+    let config = Config {
+        segment_size: scale.segment_size,
+    };
     let mut results = Results::default();
     let mut limits = Vec::new();
     let systems = args.systems.clone();
@@ -410,12 +475,19 @@ fn run() -> Result<(), String> {
         let mut i = 0;
         while i < scale.corpus {
             let n = chunk.min(scale.corpus - i);
-            let evs = (i..i + n).map(|j| corpus_event(j, scale.entities)).collect();
-            sys.append(evs, &Cond::None)?.ok_or("unconditional append rejected")?;
+            let evs = (i..i + n)
+                .map(|j| corpus_event(j, scale.entities))
+                .collect();
+            sys.append(evs, &Cond::None)?
+                .ok_or("unconditional append rejected")?;
             i += n;
         }
         let secs = t.elapsed().as_secs_f64();
-        eprintln!("  built {} corpus: {} events in {secs:.1} s", k.name(), scale.corpus);
+        eprintln!(
+            "  built {} corpus: {} events in {secs:.1} s",
+            k.name(),
+            scale.corpus
+        );
         build.insert(k.name(), json!({"events": scale.corpus, "seconds": secs, "events_per_s": scale.corpus as f64 / secs}));
         corpus.insert(k.name(), sys);
     }
@@ -428,14 +500,23 @@ fn run() -> Result<(), String> {
 
     let secs = scale.secs;
     for round in 0..scale.rounds {
-        eprintln!("round {} of {} (load {})", round + 1, scale.rounds, machine::loadavg());
+        eprintln!(
+            "round {} of {} (load {})",
+            round + 1,
+            scale.rounds,
+            machine::loadavg()
+        );
         let mut order = systems.clone();
         let n = order.len();
         order.rotate_left(round % n);
         let seed = 0xBE7C4 + round as u64 * 1_000_003;
 
         eprintln!("  machine limits");
-        limits.push(machine::limits(&run_dir.join("limits"), &scale.limits, seed)?);
+        limits.push(machine::limits(
+            &run_dir.join("limits"),
+            &scale.limits,
+            seed,
+        )?);
 
         // ---- writes on fresh stores: W1, W2
         let mut fresh: BTreeMap<&'static str, Box<dyn System>> = BTreeMap::new();
@@ -443,29 +524,63 @@ fn run() -> Result<(), String> {
             let dir = run_dir.join(format!("write-{round}")).join(k.name());
             fresh.insert(k.name(), systems::open(k, &dir, &config)?);
         }
-        let guard = |tag: &str, last: u64| Cond::Guard { ty: WRITE_TYPE, tag: tag.into(), after: Some(last) };
+        let guard = |tag: &str, last: u64| Cond::Guard {
+            ty: WRITE_TYPE,
+            tag: tag.into(),
+            after: Some(last),
+        };
         for (threads, batch) in [(16, 1), (16, 64), (16, 512), (64, 1), (64, 64), (64, 512)] {
             let id = format!("W1 batch {batch}, {threads} writers");
+            if !want(&id) {
+                continue;
+            }
             for &k in &order {
                 let sys = fresh[k.name()].as_ref();
                 let prefix = format!("w1-{round}-{threads}-{batch}");
                 let head = sys.head()?;
                 let fig = write_cell(sys, threads, batch, secs, &prefix, head, &guard);
-                results.record(&id, "W1", "guarded appends, batch of N events each, events/s", "events/s", true, k, fig);
+                results.record(
+                    &id,
+                    "W1",
+                    "guarded appends, batch of N events each, events/s",
+                    "events/s",
+                    true,
+                    k,
+                    fig,
+                );
             }
         }
         for writers in [1, 8, 64, 128] {
             let id = format!("W2 unbatched, {writers} writers");
+            if !want(&id) {
+                continue;
+            }
             for &k in &order {
                 let sys = fresh[k.name()].as_ref();
                 let prefix = format!("w2-{round}-{writers}");
                 let head = sys.head()?;
                 let fig = write_cell(sys, writers, 1, secs, &prefix, head, &guard);
-                results.record(&id, "W2", "guarded single-event appends, events/s (p50/p99 latency in the JSON)", "events/s", true, k, fig.clone());
+                results.record(
+                    &id,
+                    "W2",
+                    "guarded single-event appends, events/s (p50/p99 latency in the JSON)",
+                    "events/s",
+                    true,
+                    k,
+                    fig.clone(),
+                );
                 if let Ok(v) = fig {
                     for (name, key) in [("p50", "latency_p50_us"), ("p99", "latency_p99_us")] {
                         let lid = format!("W2 {name} latency, {writers} writers");
-                        results.record(&lid, "W2", "append latency", "us", false, k, Ok(json!({"value": v[key]})));
+                        results.record(
+                            &lid,
+                            "W2",
+                            "append latency",
+                            "us",
+                            false,
+                            k,
+                            Ok(json!({"value": v[key]})),
+                        );
                     }
                 }
             }
@@ -483,41 +598,109 @@ fn run() -> Result<(), String> {
         let corpus_n = scale.corpus;
         for readers in [16, 64] {
             let id = format!("R1 warm selective, {readers} readers");
+            if !want(&id) {
+                continue;
+            }
             for &k in &order {
                 let fig = read_cell(corpus[k.name()].as_ref(), readers, secs, seed, &|s, rng| {
-                    s.read(&Q::Tag(format!("entity:{}", rng.below(entities))), 0, None, false)
+                    s.read(
+                        &Q::Tag(format!("entity:{}", rng.below(entities))),
+                        0,
+                        None,
+                        false,
+                    )
                 });
-                results.record(&id, "R1", "one entity's events (about corpus/entities), events/s", "events/s", true, k, fig);
+                results.record(
+                    &id,
+                    "R1",
+                    "one entity's events (about corpus/entities), events/s",
+                    "events/s",
+                    true,
+                    k,
+                    fig,
+                );
             }
         }
-        for (label, grade) in [("full scan", 0u64), ("1/10", 10), ("1/100", 100), ("1/1000", 1000)] {
+        for (label, grade) in [
+            ("full scan", 0u64),
+            ("1/10", 10),
+            ("1/100", 100),
+            ("1/1000", 1000),
+        ] {
             let id = format!("R2 warm {label}, 16 readers");
+            if !want(&id) {
+                continue;
+            }
             for &k in &order {
                 let fig = read_cell(corpus[k.name()].as_ref(), 16, secs, seed, &|s, rng| {
                     if grade == 0 {
                         s.read(&Q::All, 0, None, false)
                     } else {
-                        s.read(&Q::Tag(format!("s{grade}:{}", rng.below(grade))), 0, None, false)
+                        s.read(
+                            &Q::Tag(format!("s{grade}:{}", rng.below(grade))),
+                            0,
+                            None,
+                            false,
+                        )
                     }
                 });
-                results.record(&id, "R2", "ordered read of a graded selectivity, events/s", "events/s", true, k, fig);
+                results.record(
+                    &id,
+                    "R2",
+                    "ordered read of a graded selectivity, events/s",
+                    "events/s",
+                    true,
+                    k,
+                    fig,
+                );
             }
         }
-        for &k in &order {
+        for &k in order.iter().filter(|_| want("R4 last event of an entity")) {
             let fig = op_cell(corpus[k.name()].as_ref(), secs, seed, &|s, rng| {
-                Ok(s.read(&Q::Tag(format!("entity:{}", rng.below(entities))), 0, Some(1), true)?.events)
+                Ok(s.read(
+                    &Q::Tag(format!("entity:{}", rng.below(entities))),
+                    0,
+                    Some(1),
+                    true,
+                )?
+                .events)
             });
-            let desc = format!("newest event of an entity (~{} events), backwards limit 1, reads/s", corpus_n / entities);
-            results.record("R4 last event of an entity", "R4", &desc, "reads/s", true, k, fig);
+            let desc = format!(
+                "newest event of an entity (~{} events), backwards limit 1, reads/s",
+                corpus_n / entities
+            );
+            results.record(
+                "R4 last event of an entity",
+                "R4",
+                &desc,
+                "reads/s",
+                true,
+                k,
+                fig,
+            );
         }
-        for &k in &order {
+        for &k in order.iter().filter(|_| want("R4 last event of a 1/10 tag")) {
             let fig = op_cell(corpus[k.name()].as_ref(), secs, seed, &|s, rng| {
-                Ok(s.read(&Q::Tag(format!("s10:{}", rng.below(10))), 0, Some(1), true)?.events)
+                Ok(
+                    s.read(&Q::Tag(format!("s10:{}", rng.below(10))), 0, Some(1), true)?
+                        .events,
+                )
             });
-            let desc = format!("newest event of a tag with ~{} events, backwards limit 1, reads/s", corpus_n / 10);
-            results.record("R4 last event of a 1/10 tag", "R4", &desc, "reads/s", true, k, fig);
+            let desc = format!(
+                "newest event of a tag with ~{} events, backwards limit 1, reads/s",
+                corpus_n / 10
+            );
+            results.record(
+                "R4 last event of a 1/10 tag",
+                "R4",
+                &desc,
+                "reads/s",
+                true,
+                k,
+                fig,
+            );
         }
-        for &k in &order {
+        for &k in order.iter().filter(|_| want("R4 5-page cursor walk")) {
             let fig = op_cell(corpus[k.name()].as_ref(), secs, seed, &|s, rng| {
                 let tag = Q::Tag(format!("s100:{}", rng.below(100)));
                 let (mut after, mut n) = (0, 0);
@@ -531,63 +714,114 @@ fn run() -> Result<(), String> {
                 }
                 Ok(n)
             });
-            results.record("R4 5-page cursor walk", "R4", "5 pages of 100 over a 1/100 tag (after = last position), walks/s", "walks/s", true, k, fig);
+            results.record(
+                "R4 5-page cursor walk",
+                "R4",
+                "5 pages of 100 over a 1/100 tag (after = last position), walks/s",
+                "walks/s",
+                true,
+                k,
+                fig,
+            );
         }
-        for &k in &order {
+        for &k in order.iter().filter(|_| want("R5 subscription catch-up")) {
             let sys = corpus[k.name()].as_ref();
-            let fig = systems::unsupported(k, "subscribe").map(|e| Err(e.to_string())).unwrap_or_else(|| {
-                let head = sys.head()?;
-                let t = Instant::now();
-                let out = sys.catch_up(head)?;
-                let s = t.elapsed().as_secs_f64();
-                Ok(json!({"value": out.events as f64 / s, "events": out.events, "seconds": s}))
-            });
-            results.record("R5 subscription catch-up", "R5", "subscribe to everything from 0 until caught up, events/s", "events/s", true, k, fig);
+            let fig = systems::unsupported(k, "subscribe")
+                .map(|e| Err(e.to_string()))
+                .unwrap_or_else(|| {
+                    let head = sys.head()?;
+                    let t = Instant::now();
+                    let out = sys.catch_up(head)?;
+                    let s = t.elapsed().as_secs_f64();
+                    Ok(json!({"value": out.events as f64 / s, "events": out.events, "seconds": s}))
+                });
+            results.record(
+                "R5 subscription catch-up",
+                "R5",
+                "subscribe to everything from 0 until caught up, events/s",
+                "events/s",
+                true,
+                k,
+                fig,
+            );
         }
-        for &k in &order {
+        for &k in order.iter().filter(|_| want("R5 live latency p50")) {
             let sys = corpus[k.name()].as_ref();
-            let fig = systems::unsupported(k, "subscribe").map(|e| Err(e.to_string())).unwrap_or_else(|| {
-                let lat = sys.live_latency(&format!("live:{round}"), scale.live_events, EVENT_BYTES)?;
-                let (p50, p99) = machine::p50_p99(lat);
-                Ok(json!({"value": p50, "p99_us": p99, "events": scale.live_events}))
-            });
-            results.record("R5 live latency p50", "R5", "append call to delivery on a subscriber (includes the fsync), one event at a time", "us", false, k, fig);
+            let fig = systems::unsupported(k, "subscribe")
+                .map(|e| Err(e.to_string()))
+                .unwrap_or_else(|| {
+                    let lat =
+                        sys.live_latency(&format!("live:{round}"), scale.live_events, EVENT_BYTES)?;
+                    let (p50, p99) = machine::p50_p99(lat);
+                    Ok(json!({"value": p50, "p99_us": p99, "events": scale.live_events}))
+                });
+            results.record(
+                "R5 live latency p50",
+                "R5",
+                "append call to delivery on a subscriber (includes the fsync), one event at a time",
+                "us",
+                false,
+                k,
+                fig,
+            );
         }
 
         // ---- conditions on the prepopulated store: W3, W4 (16 writers, one event per append)
         let cells: [(&str, &str, &(dyn Fn(&str, u64, u64) -> Cond + Sync)); 4] = [
-            ("W3 uniqueness guard", "guard on a new tag with `after` omitted (the whole log), 16 writers, events/s", &|tag, _last, _stale| Cond::Guard {
-                ty: WRITE_TYPE,
-                tag: tag.into(),
-                after: None,
-            }),
-            ("W3 existence clause", "boundary guard after the head plus an existence clause on a new tag, 16 writers, events/s", &|tag, last, _stale| Cond::Exists {
-                ty: WRITE_TYPE,
-                tag: tag.into(),
-                after: last,
-                exists_tag: format!("{tag}:x"),
-            }),
-            ("W4 stale cursor (after = head/2)", "guard with `after` half the log back, 16 writers, events/s", &|tag, _last, stale| Cond::Guard {
-                ty: WRITE_TYPE,
-                tag: tag.into(),
-                after: Some(stale),
-            }),
-            ("W4 head-first (after = head)", "guard with `after` at the head, 16 writers, events/s", &|tag, last, _stale| Cond::Guard {
-                ty: WRITE_TYPE,
-                tag: tag.into(),
-                after: Some(last),
-            }),
+            (
+                "W3 uniqueness guard",
+                "guard on a new tag with `after` omitted (the whole log), 16 writers, events/s",
+                &|tag, _last, _stale| Cond::Guard {
+                    ty: WRITE_TYPE,
+                    tag: tag.into(),
+                    after: None,
+                },
+            ),
+            (
+                "W3 existence clause",
+                "boundary guard after the head plus an existence clause on a new tag, 16 writers, events/s",
+                &|tag, last, _stale| Cond::Exists {
+                    ty: WRITE_TYPE,
+                    tag: tag.into(),
+                    after: last,
+                    exists_tag: format!("{tag}:x"),
+                },
+            ),
+            (
+                "W4 stale cursor (after = head/2)",
+                "guard with `after` half the log back, 16 writers, events/s",
+                &|tag, _last, stale| Cond::Guard {
+                    ty: WRITE_TYPE,
+                    tag: tag.into(),
+                    after: Some(stale),
+                },
+            ),
+            (
+                "W4 head-first (after = head)",
+                "guard with `after` at the head, 16 writers, events/s",
+                &|tag, last, _stale| Cond::Guard {
+                    ty: WRITE_TYPE,
+                    tag: tag.into(),
+                    after: Some(last),
+                },
+            ),
         ];
         for (id, desc, mk) in cells {
+            if !want(id) {
+                continue;
+            }
             for &k in &order {
                 let sys = corpus[k.name()].as_ref();
-                let fig = if id.contains("existence") && systems::unsupported(k, "exists").is_some() {
+                let fig = if id.contains("existence") && systems::unsupported(k, "exists").is_some()
+                {
                     Err(systems::unsupported(k, "exists").unwrap().to_string())
                 } else {
                     let head = sys.head()?;
                     let stale = head / 2;
                     let prefix = format!("{}-{round}", &id[..2]);
-                    write_cell(sys, 16, 1, secs, &prefix, head, &|tag, last| mk(tag, last, stale))
+                    write_cell(sys, 16, 1, secs, &prefix, head, &|tag, last| {
+                        mk(tag, last, stale)
+                    })
                 };
                 let group = if id.starts_with("W3") { "W3" } else { "W4" };
                 results.record(id, group, desc, "events/s", true, k, fig);
@@ -595,13 +829,16 @@ fn run() -> Result<(), String> {
         }
 
         // ---- startup and cold reads: close, evict, reopen (timed), R3
-        for &k in &order {
+        for &k in order.iter().filter(|_| want("Startup") || want("R3 cold")) {
             let dir = run_dir.join("corpus").join(k.name());
             corpus.remove(k.name()).unwrap().close()?;
             machine::evict_dir(&dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
             let resident = machine::files(&dir)
                 .iter()
-                .map(|f| fs::metadata(f).map(|m| m.len()).unwrap_or(0) as f64 * machine::resident_fraction(f))
+                .map(|f| {
+                    fs::metadata(f).map(|m| m.len()).unwrap_or(0) as f64
+                        * machine::resident_fraction(f)
+                })
                 .sum::<f64>();
             let rss0 = machine::rss();
             let t = Instant::now();
@@ -617,7 +854,15 @@ fn run() -> Result<(), String> {
                 "rss_growth_bytes": rss1.saturating_sub(rss0),
                 "resident_bytes_before_open": resident,
             }));
-            results.record("Startup open time (cold cache)", "Startup", "open after a clean close, store files evicted, ms", "ms", false, k, fig);
+            results.record(
+                "Startup open time (cold cache)",
+                "Startup",
+                "open after a clean close, store files evicted, ms",
+                "ms",
+                false,
+                k,
+                fig,
+            );
             results.record(
                 "Startup RSS growth",
                 "Startup",
@@ -647,14 +892,18 @@ fn run() -> Result<(), String> {
                             loop {
                                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                                 let Some(e) = picks.get(i) else { break };
-                                events += sys.read(&Q::Tag(format!("entity:{e}")), 0, None, false)?.events;
+                                events += sys
+                                    .read(&Q::Tag(format!("entity:{e}")), 0, None, false)?
+                                    .events;
                                 reads += 1;
                             }
                             Ok((events, reads))
                         })
                     })
                     .collect();
-                hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".into()))).collect()
+                hs.into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".into())))
+                    .collect()
             });
             let el = t.elapsed().as_secs_f64();
             let fig = per.into_iter().collect::<Res<Vec<_>>>().map(|v| {
@@ -702,7 +951,8 @@ fn run() -> Result<(), String> {
     let stem = format!("{}-{date}", scale.name);
     let json_path = args.out.join(format!("{stem}.json"));
     let md_path = args.out.join(format!("{stem}.md"));
-    fs::write(&json_path, serde_json::to_string_pretty(&doc).unwrap()).map_err(|e| e.to_string())?;
+    fs::write(&json_path, serde_json::to_string_pretty(&doc).unwrap())
+        .map_err(|e| e.to_string())?;
     fs::write(&md_path, report::markdown(&doc)).map_err(|e| e.to_string())?;
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());
     let _ = fs::remove_dir_all(&run_dir);

@@ -11,10 +11,20 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     }
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
-pub fn document(run: Value, machine: Value, versions: Value, limits: Vec<Value>, results: &Results) -> Value {
+pub fn document(
+    run: Value,
+    machine: Value,
+    versions: Value,
+    limits: Vec<Value>,
+    results: &Results,
+) -> Value {
     let mut limit_median = Map::new();
     if let Some(first) = limits.first().and_then(|l| l.as_object()) {
         for key in first.keys() {
@@ -28,10 +38,15 @@ pub fn document(run: Value, machine: Value, versions: Value, limits: Vec<Value>,
         .map(|c| {
             let mut systems = Map::new();
             for (name, rounds) in &c.figures {
-                let values: Vec<f64> = rounds.iter().filter_map(|r| r.as_ref().ok()?["value"].as_f64()).collect();
+                let values: Vec<f64> = rounds
+                    .iter()
+                    .filter_map(|r| r.as_ref().ok()?["value"].as_f64())
+                    .collect();
                 let errors: Vec<&String> = rounds.iter().filter_map(|r| r.as_ref().err()).collect();
-                let rounds: Vec<Value> =
-                    rounds.iter().map(|r| r.clone().unwrap_or_else(|e| json!({"error": e}))).collect();
+                let rounds: Vec<Value> = rounds
+                    .iter()
+                    .map(|r| r.clone().unwrap_or_else(|e| json!({"error": e})))
+                    .collect();
                 systems.insert(
                     name.to_string(),
                     json!({
@@ -81,24 +96,41 @@ pub fn markdown(doc: &Value) -> String {
     let run = &doc["run"];
     let m = &doc["machine"];
     let v = &doc["versions"];
-    s += &format!("# Lapilli benchmark, {} scale, {}\n\n", run["scale"].as_str().unwrap_or(""), run["date_utc"].as_str().unwrap_or(""));
+    s += &format!(
+        "# Lapilli benchmark, {} scale, {}\n\n",
+        run["scale"].as_str().unwrap_or(""),
+        run["date_utc"].as_str().unwrap_or("")
+    );
     s += &format!(
         "Machine: {} cores ({}), {} GiB, {}, {}; data on {} ({}). Load average at start {}, at end {}.\n\n",
-        m["nproc"], m["cpu"].as_str().unwrap_or(""), m["memory_gib"], m["kernel"].as_str().unwrap_or(""),
-        m["os"].as_str().unwrap_or(""), m["filesystem"].as_str().unwrap_or(""), m["device"].as_str().unwrap_or(""),
-        run["loadavg_start"].as_str().unwrap_or(""), run["loadavg_end"].as_str().unwrap_or(""),
+        m["nproc"],
+        m["cpu"].as_str().unwrap_or(""),
+        m["memory_gib"],
+        m["kernel"].as_str().unwrap_or(""),
+        m["os"].as_str().unwrap_or(""),
+        m["filesystem"].as_str().unwrap_or(""),
+        m["device"].as_str().unwrap_or(""),
+        run["loadavg_start"].as_str().unwrap_or(""),
+        run["loadavg_end"].as_str().unwrap_or(""),
     );
     s += &format!(
         "Versions: {}, tephra {}, umadb-core {}. Command: `{}`.\n\n",
-        v["lapilli"].as_str().unwrap_or(""), v["tephra"].as_str().unwrap_or(""), v["umadb-core"].as_str().unwrap_or(""),
+        v["lapilli"].as_str().unwrap_or(""),
+        v["tephra"].as_str().unwrap_or(""),
+        v["umadb-core"].as_str().unwrap_or(""),
         run["command"].as_str().unwrap_or(""),
     );
     s += &format!(
         "Medians of {} rounds, systems interleaved per cell (order rotated each round), {} s windows; corpus of {} events \
          of {} bytes, {} entities; Lapilli and Tephra segments of {} MiB; UmaDB writes through `writer_thread_blocking`. \
          Run took {:.0} s. Every figure of every round is in the JSON file beside this one.\n\n",
-        run["rounds"], run["window_seconds"], run["corpus_events"], run["event_bytes"], run["entities"],
-        run["segment_size_bytes"].as_u64().unwrap_or(0) >> 20, run["duration_seconds"].as_f64().unwrap_or(0.0),
+        run["rounds"],
+        run["window_seconds"],
+        run["corpus_events"],
+        run["event_bytes"],
+        run["entities"],
+        run["segment_size_bytes"].as_u64().unwrap_or(0) >> 20,
+        run["duration_seconds"].as_f64().unwrap_or(0.0),
     );
 
     s += "## Lapilli against its peers\n\n";
@@ -126,10 +158,17 @@ pub fn markdown(doc: &Value) -> String {
                 Some(x) => {
                     let rm = cell["rounds_measured"].as_u64().unwrap_or(0);
                     let total = cell["rounds"].as_array().map(|r| r.len()).unwrap_or(0) as u64;
-                    if rm < total { format!("{} ({rm}/{total} rounds)", fmt(x)) } else { fmt(x) }
+                    if rm < total {
+                        format!("{} ({rm}/{total} rounds)", fmt(x))
+                    } else {
+                        fmt(x)
+                    }
                 }
                 None if cell.is_null() => "not run".into(),
-                None => format!("— [{}]", note(cell["error"].as_str().unwrap_or("no figure"))),
+                None => format!(
+                    "— [{}]",
+                    note(cell["error"].as_str().unwrap_or("no figure"))
+                ),
             });
         }
         let mut ratios = Vec::new();
@@ -141,7 +180,11 @@ pub fn markdown(doc: &Value) -> String {
                     ratios.push(format!("{r:.2}"));
                     let better = if hib { r } else { 1.0 / r };
                     if better < 0.95 {
-                        verdict.push(format!("**loses to {name} ({:.2}x {})**", 1.0 / better, if hib { "slower" } else { "worse" }));
+                        verdict.push(format!(
+                            "**loses to {name} ({:.2}x {})**",
+                            1.0 / better,
+                            if hib { "slower" } else { "worse" }
+                        ));
                     } else if better > 1.05 {
                         verdict.push(format!("beats {name}"));
                     } else {
@@ -153,7 +196,13 @@ pub fn markdown(doc: &Value) -> String {
         }
         s += &format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            c["id"].as_str().unwrap_or(""), c["unit"].as_str().unwrap_or(""), cols[0], cols[1], cols[2], ratios[0], ratios[1],
+            c["id"].as_str().unwrap_or(""),
+            c["unit"].as_str().unwrap_or(""),
+            cols[0],
+            cols[1],
+            cols[2],
+            ratios[0],
+            ratios[1],
             verdict.join("; ")
         );
     }
@@ -163,7 +212,11 @@ pub fn markdown(doc: &Value) -> String {
     let get = |id: &str, key: &str| -> Option<f64> {
         cells.iter().find(|c| c["id"] == id).and_then(|c| {
             let sys = &c["systems"]["lapilli"];
-            if key == "value" { sys["median"].as_f64() } else { crate::report::median_key(sys, key) }
+            if key == "value" {
+                sys["median"].as_f64()
+            } else {
+                crate::report::median_key(sys, key)
+            }
         })
     };
     s += "\n## Lapilli against the machine's limits (measured in the same run)\n\n";
@@ -176,7 +229,12 @@ pub fn markdown(doc: &Value) -> String {
             fsync_p50.map(|u| 1e6 / u),
             "/s",
         ),
-        ("1 writer: append p50 latency vs fdatasync p50 (us; lower is better)", get("W2 p50 latency, 1 writers", "value"), fsync_p50, "us"),
+        (
+            "1 writer: append p50 latency vs fdatasync p50 (us; lower is better)",
+            get("W2 p50 latency, 1 writers", "value"),
+            fsync_p50,
+            "us",
+        ),
         (
             "batch 512, 64 writers: payload bytes/s vs sequential write bandwidth",
             get("W1 batch 512, 64 writers", "value").map(|e| e * crate::EVENT_BYTES as f64),
@@ -195,19 +253,44 @@ pub fn markdown(doc: &Value) -> String {
             (Some(l), Some(m)) if m > 0.0 => format!("{:.2}", l / m),
             _ => "—".into(),
         };
-        s += &format!("| {what} | {} | {} | {r} |\n", l.map(fmt).unwrap_or("—".into()), limit.map(fmt).unwrap_or("—".into()));
+        s += &format!(
+            "| {what} | {} | {} | {r} |\n",
+            l.map(fmt).unwrap_or("—".into()),
+            limit.map(fmt).unwrap_or("—".into())
+        );
     }
     s += &format!(
         "\nMachine limits (medians): fdatasync of a 4 KiB append p50 {} us, p99 {} us; sequential write {} MB/s (one fsync at the end); \
          cold sequential read {} MB/s; cold random 4 KiB reads {} /s on 1 thread, {} /s on 16 threads. Eviction check: {} of the test file \
          resident after POSIX_FADV_DONTNEED.\n",
-        lim["fdatasync_4k_append_p50_us"].as_f64().map(fmt).unwrap_or_default(),
-        lim["fdatasync_4k_append_p99_us"].as_f64().map(fmt).unwrap_or_default(),
-        lim["seq_write_bytes_per_s"].as_f64().map(|b| fmt(b / 1e6)).unwrap_or_default(),
-        lim["cold_seq_read_bytes_per_s"].as_f64().map(|b| fmt(b / 1e6)).unwrap_or_default(),
-        lim["cold_random_4k_reads_per_s_1_thread"].as_f64().map(fmt).unwrap_or_default(),
-        lim["cold_random_4k_reads_per_s_16_threads"].as_f64().map(fmt).unwrap_or_default(),
-        lim["resident_fraction_after_evict"].as_f64().map(|f| format!("{:.1}%", f * 100.0)).unwrap_or_default(),
+        lim["fdatasync_4k_append_p50_us"]
+            .as_f64()
+            .map(fmt)
+            .unwrap_or_default(),
+        lim["fdatasync_4k_append_p99_us"]
+            .as_f64()
+            .map(fmt)
+            .unwrap_or_default(),
+        lim["seq_write_bytes_per_s"]
+            .as_f64()
+            .map(|b| fmt(b / 1e6))
+            .unwrap_or_default(),
+        lim["cold_seq_read_bytes_per_s"]
+            .as_f64()
+            .map(|b| fmt(b / 1e6))
+            .unwrap_or_default(),
+        lim["cold_random_4k_reads_per_s_1_thread"]
+            .as_f64()
+            .map(fmt)
+            .unwrap_or_default(),
+        lim["cold_random_4k_reads_per_s_16_threads"]
+            .as_f64()
+            .map(fmt)
+            .unwrap_or_default(),
+        lim["resident_fraction_after_evict"]
+            .as_f64()
+            .map(|f| format!("{:.1}%", f * 100.0))
+            .unwrap_or_default(),
     );
     if !notes.is_empty() {
         s += "\n## Cells without a figure\n\n";
@@ -218,7 +301,10 @@ pub fn markdown(doc: &Value) -> String {
     s += "\n## What each row measures\n\n";
     let mut seen = std::collections::BTreeSet::new();
     for c in &cells {
-        let key = (c["group"].as_str().unwrap_or("").to_string(), c["description"].as_str().unwrap_or("").to_string());
+        let key = (
+            c["group"].as_str().unwrap_or("").to_string(),
+            c["description"].as_str().unwrap_or("").to_string(),
+        );
         if seen.insert(key.clone()) {
             s += &format!("- {}: {}\n", key.0, key.1);
         }
@@ -228,5 +314,11 @@ pub fn markdown(doc: &Value) -> String {
 
 /// Median over rounds of `key` in a system's figures.
 pub fn median_key(sys: &Value, key: &str) -> Option<f64> {
-    median(sys["rounds"].as_array()?.iter().filter_map(|r| r[key].as_f64()).collect())
+    median(
+        sys["rounds"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r[key].as_f64())
+            .collect(),
+    )
 }

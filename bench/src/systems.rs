@@ -18,9 +18,18 @@ pub struct Ev {
 pub enum Cond {
     None,
     /// Fail if an event of type `ty` tagged `tag` lies after `after` (`None`: anywhere).
-    Guard { ty: &'static str, tag: String, after: Option<u64> },
+    Guard {
+        ty: &'static str,
+        tag: String,
+        after: Option<u64>,
+    },
     /// The boundary clause `Guard` with `after`, plus an existence clause on `exists_tag`.
-    Exists { ty: &'static str, tag: String, after: u64, exists_tag: String },
+    Exists {
+        ty: &'static str,
+        tag: String,
+        after: u64,
+        exists_tag: String,
+    },
 }
 
 /// What a read selects.
@@ -132,9 +141,15 @@ fn live_run(
         });
         for i in 0..n {
             starts.lock().unwrap()[i] = Some(Instant::now());
-            append(Ev { ty: "Live", tags: vec![tag.to_string()], data: pack(i as u64, data_len) })?;
+            append(Ev {
+                ty: "Live",
+                tags: vec![tag.to_string()],
+                data: pack(i as u64, data_len),
+            })?;
         }
-        consumer.join().map_err(|_| "subscriber panicked".to_string())?
+        consumer
+            .join()
+            .map_err(|_| "subscriber panicked".to_string())?
     })?;
     Ok(lat.into_inner().unwrap())
 }
@@ -149,7 +164,10 @@ pub struct Lap {
 
 impl Lap {
     fn open(dir: &Path, config: &Config) -> Res<Lap> {
-        let options = lap::Options { segment_size: config.segment_size, ..lap::Options::default() };
+        let options = lap::Options {
+            segment_size: config.segment_size,
+            ..lap::Options::default()
+        };
         let store = lap::Store::open(dir, options).map_err(|e| format!("lapilli open: {e}"))?;
         Ok(Lap { store })
     }
@@ -164,7 +182,10 @@ impl Lap {
 
 impl System for Lap {
     fn append(&self, events: Vec<Ev>, cond: &Cond) -> Res<Option<u64>> {
-        let events = events.into_iter().map(|e| lap::Event::new(e.ty, e.tags, e.data)).collect();
+        let events = events
+            .into_iter()
+            .map(|e| lap::Event::new(e.ty, e.tags, e.data))
+            .collect();
         let item = |ty: &str, tag: &str| lap::Query::of([lap::QueryItem::new([ty], [tag])]);
         let condition = match cond {
             Cond::None => None,
@@ -175,7 +196,12 @@ impl System for Lap {
                     None => c,
                 })
             }
-            Cond::Exists { ty, tag, after, exists_tag } => Some(
+            Cond::Exists {
+                ty,
+                tag,
+                after,
+                exists_tag,
+            } => Some(
                 lap::AppendCondition::new(item(ty, tag))
                     .after(lap::Position(*after))
                     .fail_if_exists(lap::Query::for_tags([exists_tag.as_str()])),
@@ -183,7 +209,12 @@ impl System for Lap {
         };
         match self.store.append(events, condition) {
             Ok(r) => Ok(Some(r.last.get())),
-            Err(e) if matches!(e.kind(), lap::ErrorKind::Conflict | lap::ErrorKind::AlreadyExists) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    lap::ErrorKind::Conflict | lap::ErrorKind::AlreadyExists
+                ) =>
+            {
                 Ok(None)
             }
             Err(e) => Err(format!("lapilli append: {e}")),
@@ -191,12 +222,23 @@ impl System for Lap {
     }
 
     fn head(&self) -> Res<u64> {
-        self.store.head().map(|p| p.get()).map_err(|e| e.to_string())
+        self.store
+            .head()
+            .map(|p| p.get())
+            .map_err(|e| e.to_string())
     }
 
     fn read(&self, q: &Q, after: u64, limit: Option<u64>, backwards: bool) -> Res<ReadOut> {
-        let options = lap::ReadOptions { after: lap::Position(after), until: None, limit, backwards };
-        let mut read = self.store.read(&Self::query(q), options).map_err(|e| e.to_string())?;
+        let options = lap::ReadOptions {
+            after: lap::Position(after),
+            until: None,
+            limit,
+            backwards,
+        };
+        let mut read = self
+            .store
+            .read(&Self::query(q), options)
+            .map_err(|e| e.to_string())?;
         let mut out = ReadOut::default();
         read.visit(usize::MAX, |v| {
             out.events += 1;
@@ -208,7 +250,10 @@ impl System for Lap {
     }
 
     fn catch_up(&self, expected: u64) -> Res<ReadOut> {
-        let sub = self.store.subscribe(&lap::Query::all(), lap::Position(0)).map_err(|e| e.to_string())?;
+        let sub = self
+            .store
+            .subscribe(&lap::Query::all(), lap::Position(0))
+            .map_err(|e| e.to_string())?;
         let mut out = ReadOut::default();
         while out.events < expected {
             let batch = sub
@@ -216,7 +261,10 @@ impl System for Lap {
                 .map_err(|e| e.to_string())?
                 .ok_or("lapilli subscription ended")?;
             if batch.is_empty() {
-                return Err(format!("lapilli catch-up stalled at {} of {expected}", out.events));
+                return Err(format!(
+                    "lapilli catch-up stalled at {} of {expected}",
+                    out.events
+                ));
             }
             for e in &batch {
                 out.events += 1;
@@ -275,11 +323,18 @@ impl Teph {
             .map_err(|e| format!("tephra open: {e}"))?;
         let (coordinator, handle) = tp::WriteCoordinator::start(set, tp::WriterConfig::default())
             .map_err(|e| format!("tephra start: {e}"))?;
-        Ok(Teph { handle, coordinator: Mutex::new(Some(coordinator)) })
+        Ok(Teph {
+            handle,
+            coordinator: Mutex::new(Some(coordinator)),
+        })
     }
 
     fn tags(tags: impl IntoIterator<Item = impl Into<Box<str>>>) -> Res<tp::Tags> {
-        let tags = tags.into_iter().map(tp::Tag::new).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
+        let tags = tags
+            .into_iter()
+            .map(tp::Tag::new)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
         tp::Tags::new(tags).map_err(|e| e.to_string())
     }
 
@@ -292,7 +347,10 @@ impl Teph {
 
     fn item(ty: &str, tag: &str) -> Res<tp::Query> {
         let ty = tp::EventType::new(ty).map_err(|e| e.to_string())?;
-        Ok(tp::Query::item(tp::QueryItem::new(vec![ty], Self::tags([tag])?)))
+        Ok(tp::Query::item(tp::QueryItem::new(
+            vec![ty],
+            Self::tags([tag])?,
+        )))
     }
 
     fn event(e: Ev) -> Res<tp::Event> {
@@ -304,14 +362,22 @@ impl Teph {
 
 impl System for Teph {
     fn append(&self, events: Vec<Ev>, cond: &Cond) -> Res<Option<u64>> {
-        let events = events.into_iter().map(Self::event).collect::<Res<Vec<_>>>()?;
+        let events = events
+            .into_iter()
+            .map(Self::event)
+            .collect::<Res<Vec<_>>>()?;
         let condition = match cond {
             Cond::None => None,
             Cond::Guard { ty, tag, after } => Some(
                 tp::AppendCondition::new(Self::item(ty, tag)?)
                     .after(tp::Position::new(after.unwrap_or(0))),
             ),
-            Cond::Exists { ty, tag, after, exists_tag } => Some(
+            Cond::Exists {
+                ty,
+                tag,
+                after,
+                exists_tag,
+            } => Some(
                 tp::AppendCondition::new(Self::item(ty, tag)?)
                     .after(tp::Position::new(*after))
                     .fail_if_exists(Self::query(&Q::Tag(exists_tag.clone()))?),
@@ -346,12 +412,18 @@ impl System for Teph {
     }
 
     fn catch_up(&self, expected: u64) -> Res<ReadOut> {
-        let mut sub = self.handle.subscribe(tp::Query::all(), tp::Position::ZERO).with_max_batch_events(1024);
+        let mut sub = self
+            .handle
+            .subscribe(tp::Query::all(), tp::Position::ZERO)
+            .with_max_batch_events(1024);
         let mut out = ReadOut::default();
         while out.events < expected {
             let batch = sub.poll_batch().map_err(|e| e.to_string())?;
             if batch.is_empty() {
-                return Err(format!("tephra catch-up stalled at {} of {expected}", out.events));
+                return Err(format!(
+                    "tephra catch-up stalled at {} of {expected}",
+                    out.events
+                ));
             }
             for (p, e) in &batch {
                 out.events += 1;
@@ -363,14 +435,19 @@ impl System for Teph {
     }
 
     fn live_latency(&self, tag: &str, n: usize, data_len: usize) -> Res<Vec<Duration>> {
-        let mut sub = self.handle.subscribe(Self::query(&Q::Tag(tag.into()))?, self.handle.head());
+        let mut sub = self
+            .handle
+            .subscribe(Self::query(&Q::Tag(tag.into()))?, self.handle.head());
         live_run(
             n,
             data_len,
             tag,
             |ev| self.append(vec![ev], &Cond::None).map(|_| ()),
             move |got| loop {
-                let batch = sub.next_batch().ok_or("tephra subscription ended")?.map_err(|e| e.to_string())?;
+                let batch = sub
+                    .next_batch()
+                    .ok_or("tephra subscription ended")?
+                    .map_err(|e| e.to_string())?;
                 for (_, e) in &batch {
                     if got(unpack(e.data())) {
                         return Ok(());
@@ -381,7 +458,10 @@ impl System for Teph {
     }
 
     fn close(self: Box<Self>) -> Res<()> {
-        let Teph { handle, coordinator } = *self;
+        let Teph {
+            handle,
+            coordinator,
+        } = *self;
         drop(handle);
         if let Some(c) = coordinator.into_inner().unwrap() {
             drop(c.shutdown());
@@ -396,7 +476,9 @@ use std::sync::Arc;
 use umadb_core::db::UmaDb;
 use umadb_core::mvcc::{Mvcc, StorageOptions};
 use umadb_core::writer_thread_request::WriterThreadRequest;
-use umadb_dcb::{DcbAppendCondition, DcbError, DcbEvent, DcbEventStoreSync, DcbQuery, DcbQueryItem};
+use umadb_dcb::{
+    DcbAppendCondition, DcbError, DcbEvent, DcbEventStoreSync, DcbQuery, DcbQueryItem,
+};
 
 /// The batch limit UmaDB's own server passes to its writer thread (`APPEND_BATCH_MAX_EVENTS`).
 pub const UMADB_APPEND_BATCH_MAX_EVENTS: usize = 2000;
@@ -414,7 +496,8 @@ impl Uma {
         // `Mvcc::new` prints its settings to stdout: the harness's own output goes to stderr
         // and files, so these lines are harmless.
         let mvcc = Arc::new(
-            Mvcc::new(false, StorageOptions::default().db_path(dir)).map_err(|e| format!("umadb open: {e}"))?,
+            Mvcc::new(false, StorageOptions::default().db_path(dir))
+                .map_err(|e| format!("umadb open: {e}"))?,
         );
         let (requests, incoming) = tokio::sync::mpsc::channel(4096);
         let (head_tx, _head_rx) = tokio::sync::watch::channel(None);
@@ -430,13 +513,23 @@ impl Uma {
                 )
             })
             .map_err(|e| e.to_string())?;
-        Ok(Uma { db: UmaDb::from_arc(mvcc), requests, writer: Mutex::new(Some(writer)), _path: dir.into() })
+        Ok(Uma {
+            db: UmaDb::from_arc(mvcc),
+            requests,
+            writer: Mutex::new(Some(writer)),
+            _path: dir.into(),
+        })
     }
 
     fn query(q: &Q) -> Option<DcbQuery> {
         match q {
             Q::All => None,
-            Q::Tag(t) => Some(DcbQuery { items: vec![DcbQueryItem { types: vec![], tags: vec![t.clone()] }] }),
+            Q::Tag(t) => Some(DcbQuery {
+                items: vec![DcbQueryItem {
+                    types: vec![],
+                    tags: vec![t.clone()],
+                }],
+            }),
         }
     }
 }
@@ -445,13 +538,22 @@ impl System for Uma {
     fn append(&self, events: Vec<Ev>, cond: &Cond) -> Res<Option<u64>> {
         let events = events
             .into_iter()
-            .map(|e| DcbEvent { event_type: e.ty.to_string(), tags: e.tags, data: e.data, uuid: None, metadata: vec![] })
+            .map(|e| DcbEvent {
+                event_type: e.ty.to_string(),
+                tags: e.tags,
+                data: e.data,
+                uuid: None,
+                metadata: vec![],
+            })
             .collect();
         let condition = match cond {
             Cond::None => None,
             Cond::Guard { ty, tag, after } => Some(DcbAppendCondition {
                 fail_if_events_match: DcbQuery {
-                    items: vec![DcbQueryItem { types: vec![ty.to_string()], tags: vec![tag.clone()] }],
+                    items: vec![DcbQueryItem {
+                        types: vec![ty.to_string()],
+                        tags: vec![tag.clone()],
+                    }],
                 },
                 after: *after,
             }),
@@ -467,7 +569,10 @@ impl System for Uma {
                 cancel: None,
             })
             .map_err(|_| "umadb writer thread gone".to_string())?;
-        match response.blocking_recv().map_err(|_| "umadb writer dropped the reply".to_string())? {
+        match response
+            .blocking_recv()
+            .map_err(|_| "umadb writer dropped the reply".to_string())?
+        {
             Ok(last) => Ok(Some(last)),
             Err(DcbError::IntegrityError(_)) => Ok(None),
             Err(e) => Err(format!("umadb append: {e}")),
@@ -480,9 +585,16 @@ impl System for Uma {
 
     fn read(&self, q: &Q, after: u64, limit: Option<u64>, backwards: bool) -> Res<ReadOut> {
         // UmaDB's `start` is inclusive.
-        let start = if backwards || after == 0 { None } else { Some(after + 1) };
+        let start = if backwards || after == 0 {
+            None
+        } else {
+            Some(after + 1)
+        };
         let limit = limit.map(|l| l.min(u32::MAX as u64) as u32);
-        let read = self.db.read(Self::query(q), start, backwards, limit).map_err(|e| e.to_string())?;
+        let read = self
+            .db
+            .read(Self::query(q), start, backwards, limit)
+            .map_err(|e| e.to_string())?;
         let mut out = ReadOut::default();
         for e in read {
             let e = e.map_err(|e| e.to_string())?;
@@ -502,7 +614,12 @@ impl System for Uma {
     }
 
     fn close(self: Box<Self>) -> Res<()> {
-        let Uma { db, requests, writer, .. } = *self;
+        let Uma {
+            db,
+            requests,
+            writer,
+            ..
+        } = *self;
         let _ = requests.blocking_send(WriterThreadRequest::Shutdown);
         drop(requests);
         if let Some(w) = writer.into_inner().unwrap() {
