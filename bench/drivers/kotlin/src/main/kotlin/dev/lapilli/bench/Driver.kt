@@ -1,0 +1,141 @@
+package dev.lapilli.bench
+
+import dev.lapilli.AppendCondition
+import dev.lapilli.Event
+import dev.lapilli.Query
+import dev.lapilli.QueryItem
+import dev.lapilli.Store
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import java.io.File
+import java.util.Locale
+
+/**
+ * The per-runtime shapes from Kotlin (bench/drivers/README.md):
+ *
+ *   java -cp ... dev.lapilli.bench.DriverKt read_store=DIR work=DIR batches=N concurrent=N scans=N selective=N catchups=N
+ *
+ * Prints one JSON object per shape: {"runtime","shape","events","seconds","events_per_s"}.
+ */
+private const val RT = "kotlin"
+private const val EVENT_TYPE = "Measured"
+private const val BATCH = 512
+private const val WORKERS = 64
+private const val ENTITIES = 1000L
+// Untimed batches before append_batched is timed, and one untimed append per worker before
+// append_concurrent: the same in every driver (src/main.rs WARM_BATCHES).
+private const val WARM_BATCHES = 2L
+private val DATA = ByteArray(256) { 7 }
+private val NEVER = AppendCondition(Query.of(QueryItem(types = listOf("NeverAppended"), tags = listOf("never:0"))))
+
+private fun event(i: Long) = Event(EVENT_TYPE, listOf("entity:${i % ENTITIES}"), DATA)
+
+private fun report(shape: String, events: Long, seconds: Double) {
+    val f = { x: Double, digits: Int -> String.format(Locale.ROOT, "%.${digits}f", x) }
+    println("""{"runtime":"$RT","shape":"$shape","events":$events,"seconds":${f(seconds, 6)},"events_per_s":${f(events / seconds, 1)}}""")
+}
+
+private fun check(got: Long, want: Long, what: String) {
+    if (got != want) error("$what: got $got, expected $want")
+}
+
+private fun seconds(since: Long) = (System.nanoTime() - since) / 1e9
+
+fun main(args: Array<String>) {
+    val p = args.associate { a -> a.split("=", limit = 2).let { require(it.size == 2) { "not key=value: $a" }; it[0] to it[1] } }
+    fun num(k: String): Long = p[k]?.toLong() ?: error("missing $k=N")
+    val work = File(p["work"] ?: error("missing work=DIR")).also { it.mkdirs() }
+
+    fun fresh(name: String): Pair<File, Store> {
+        val dir = File(work, name)
+        dir.deleteRecursively()
+        return dir to Store.open(dir.path)
+    }
+
+    // append_batched
+    run {
+        val batches = num("batches")
+        val (dir, store) = fresh("kotlin-batched")
+        for (b in 0 until WARM_BATCHES) store.append((b * BATCH until (b + 1) * BATCH).map(::event), NEVER)
+        val started = System.nanoTime()
+        for (b in WARM_BATCHES until WARM_BATCHES + batches) {
+            store.append((b * BATCH until (b + 1) * BATCH).map(::event), NEVER)
+        }
+        val s = seconds(started)
+        check(store.head(), (WARM_BATCHES + batches) * BATCH, "append_batched head")
+        store.close()
+        dir.deleteRecursively()
+        report("append_batched", batches * BATCH, s)
+    }
+
+    // append_concurrent: 64 coroutines, each suspending in appendAsync
+    run {
+        val perWorker = num("concurrent")
+        val (dir, store) = fresh("kotlin-concurrent")
+        fun inFlight(per: Long, offset: Long) = runBlocking(Dispatchers.Default) {
+            repeat(WORKERS) { w ->
+                launch {
+                    for (i in 0 until per) store.appendAsync(listOf(event(offset + w * per + i)), NEVER)
+                }
+            }
+        }
+        inFlight(1, 0) // warm, untimed
+        val started = System.nanoTime()
+        inFlight(perWorker, WORKERS.toLong())
+        val s = seconds(started)
+        check(store.head(), WORKERS * (1 + perWorker), "append_concurrent head")
+        store.close()
+        dir.deleteRecursively()
+        report("append_concurrent", WORKERS * perWorker, s)
+    }
+
+    Store.open(p["read_store"] ?: error("missing read_store=DIR")).use { store ->
+        val head = store.head()
+
+        // read_warm_scan: iterate the Sequence
+        fun scan() {
+            var n = 0L
+            var bytes = 0L
+            for (e in store.read(Query.all())) {
+                n++
+                bytes += e.data.size
+            }
+            check(n, head, "scan count")
+            check(bytes, head * DATA.size, "scan bytes")
+        }
+        val scans = num("scans")
+        scan() // warm, untimed
+        var started = System.nanoTime()
+        repeat(scans.toInt()) { scan() }
+        report("read_warm_scan", scans * head, seconds(started))
+
+        // read_selective
+        val reads = num("selective")
+        var total = 0L
+        started = System.nanoTime()
+        for (r in 0 until reads) {
+            val k = (r * 7919) % ENTITIES
+            var n = 0L
+            for (e in store.read(Query.forTags("entity:$k"))) n++
+            check(n, head / ENTITIES + if (k < head % ENTITIES) 1 else 0, "selective count")
+            total += n
+        }
+        report("read_selective", total, seconds(started))
+
+        // subscribe_catch_up: nextBatch until the head is delivered
+        val passes = num("catchups")
+        started = System.nanoTime()
+        repeat(passes.toInt()) {
+            store.subscribe(Query.all(), after = 0).use { sub ->
+                var n = 0L
+                while (n < head) {
+                    val batch = sub.nextBatch(max = 1024) ?: error("subscription ended early")
+                    n += batch.size
+                }
+                check(sub.position, head, "subscription position")
+            }
+        }
+        report("subscribe_catch_up", passes * head, seconds(started))
+    }
+}
