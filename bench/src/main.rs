@@ -430,6 +430,17 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
+    // `--render FILE.json`: write the Markdown table of a finished run again, beside it.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.len() == 3 && argv[1] == "--render" {
+        let path = PathBuf::from(&argv[2]);
+        let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let doc: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let md = path.with_extension("md");
+        fs::write(&md, report::markdown(&doc)).map_err(|e| e.to_string())?;
+        eprintln!("wrote {}", md.display());
+        return Ok(());
+    }
     let args = parse_args()?;
     let scale = args.scale.clone();
     let root = repo_root();

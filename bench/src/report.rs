@@ -148,6 +148,7 @@ pub fn markdown(doc: &Value) -> String {
         }
     };
     let cells = doc["cells"].as_array().cloned().unwrap_or_default();
+    let mut losses: Vec<String> = Vec::new();
     for c in &cells {
         let hib = c["higher_is_better"].as_bool().unwrap_or(true);
         let fig = |sys: &str| c["systems"][sys]["median"].as_f64();
@@ -180,6 +181,12 @@ pub fn markdown(doc: &Value) -> String {
                     ratios.push(format!("{r:.2}"));
                     let better = if hib { r } else { 1.0 / r };
                     if better < 0.95 {
+                        losses.push(format!(
+                            "{}: {:.2}x {} than {name}",
+                            c["id"].as_str().unwrap_or(""),
+                            1.0 / better,
+                            if hib { "slower" } else { "worse" }
+                        ));
                         verdict.push(format!(
                             "**loses to {name} ({:.2}x {})**",
                             1.0 / better,
@@ -205,6 +212,14 @@ pub fn markdown(doc: &Value) -> String {
             ratios[1],
             verdict.join("; ")
         );
+    }
+
+    s += "\n### Where Lapilli loses (median below 0.95 of a peer's)\n\n";
+    if losses.is_empty() {
+        s += "Nowhere in this run.\n";
+    }
+    for l in &losses {
+        s += &format!("- {l}\n");
     }
 
     // Lapilli against the machine.
