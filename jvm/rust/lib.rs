@@ -245,7 +245,11 @@ impl FfiSubscription {
         if max == 0 {
             return Err(invalid("max is 0; a batch holds at least one event".to_string()));
         }
-        let batch = self.inner.next_batch(max as usize, timeout_ms.map(Duration::from_millis))?;
+        // A timeout too long to add to the clock means "wait as long as it takes".
+        let timeout = timeout_ms
+            .map(Duration::from_millis)
+            .filter(|t| std::time::Instant::now().checked_add(*t).is_some());
+        let batch = self.inner.next_batch(max as usize, timeout)?;
         Ok(batch.map(|events| events.into_iter().map(sequenced).collect()))
     }
 

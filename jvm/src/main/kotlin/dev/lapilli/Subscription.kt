@@ -18,13 +18,14 @@ class Subscription internal constructor(private val ffi: FfiSubscription) : Auto
 
     /**
      * Up to [max] events. `null`: the subscription has ended (closed, or its store closed).
-     * An empty list: [timeout] passed with nothing new. `timeout = null` waits as long as it
-     * takes (until an event arrives or someone calls [close]).
+     * An empty list: [timeout] passed with nothing new. `timeout = null` (or
+     * `Duration.INFINITE`) waits as long as it takes (until an event arrives or someone calls
+     * [close]).
      */
     @JvmOverloads
     fun nextBatch(max: Int = 256, timeout: Duration? = null): List<SequencedEvent>? {
         if (max <= 0) invalid("max is $max; a batch holds at least one event")
-        val ms = timeout?.let {
+        val ms = timeout?.takeIf { it.isFinite() }?.let {
             if (it.isNegative()) invalid("timeout is $it; it must not be negative")
             it.inWholeMilliseconds.toULong()
         }

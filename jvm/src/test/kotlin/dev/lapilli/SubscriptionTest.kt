@@ -17,6 +17,8 @@ import kotlin.test.assertEquals
 import kotlin.test.assertFalse
 import kotlin.test.assertNull
 import kotlin.test.assertTrue
+import kotlin.time.Duration
+import kotlin.time.Duration.Companion.days
 import kotlin.time.Duration.Companion.milliseconds
 import kotlin.time.Duration.Companion.seconds
 
@@ -57,6 +59,20 @@ class SubscriptionTest {
             store.append(listOf(ev("Unwanted"), ev("Wanted")))
             assertEquals(listOf(2L), got.get(5, TimeUnit.SECONDS)!!.map { it.position })
             consumer.join()
+        }
+    }
+
+    @Test
+    fun `very long and infinite timeouts wait for the next event`() = withStore { store, _ ->
+        store.subscribe(Query.all()).use { sub ->
+            for (timeout in listOf(Duration.INFINITE, Long.MAX_VALUE.milliseconds, (365 * 1000).days)) {
+                val got = CompletableFuture<List<SequencedEvent>?>()
+                val consumer = thread { got.complete(sub.nextBatch(10, timeout)) }
+                Thread.sleep(50)
+                val appended = store.append(ev("E"))
+                assertEquals(listOf(appended.first), got.get(5, TimeUnit.SECONDS)!!.map { it.position }, "$timeout")
+                consumer.join()
+            }
         }
     }
 
