@@ -58,6 +58,8 @@ pub struct Scale {
     pub segment_size: u64,
     /// Distinct entities read cold in R3 per round (spread over 16 readers).
     pub cold_entities: usize,
+    /// Events of 1 KiB in the second corpus, read cold only (R3).
+    pub corpus_1k: u64,
     pub live_events: usize,
     pub limits: machine::LimitScale,
 }
@@ -74,6 +76,7 @@ impl Scale {
             // segments and startup and cold reads see them.
             segment_size: 32 << 20,
             cold_entities: 64,
+            corpus_1k: 50_000,
             live_events: 100,
             limits: machine::LimitScale {
                 fsync_appends: 200,
@@ -92,6 +95,7 @@ impl Scale {
             secs: 3.0,
             segment_size: 256 << 20,
             cold_entities: 256,
+            corpus_1k: 500_000,
             live_events: 300,
             limits: machine::LimitScale {
                 fsync_appends: 1000,
@@ -115,7 +119,7 @@ fn payload(i: u64) -> Vec<u8> {
 }
 
 /// Corpus event `i`: one entity, and the graded tags selecting about 1/10, 1/100, 1/1000.
-fn corpus_event(i: u64, entities: u64) -> Ev {
+fn corpus_event(i: u64, entities: u64, bytes: usize) -> Ev {
     let h = mix(i);
     Ev {
         ty: "Seeded",
@@ -125,7 +129,11 @@ fn corpus_event(i: u64, entities: u64) -> Ev {
             format!("s100:{}", (h >> 20) % 100),
             format!("s1000:{}", (h >> 36) % 1000),
         ],
-        data: payload(i),
+        data: {
+            let mut d = payload(i);
+            d.resize(bytes, 0x33);
+            d
+        },
     }
 }
 
@@ -407,6 +415,51 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
+/// R3: `count` distinct entities read once each by 16 readers, events/s.
+fn cold_read(sys: &dyn System, count: usize, entities: u64, seed: u64) -> Res<Value> {
+    let mut rng = Rng::new(seed ^ 0xC01D);
+    let mut picks: Vec<u64> = Vec::new();
+    while picks.len() < count.min(entities as usize) {
+        let e = rng.below(entities);
+        if !picks.contains(&e) {
+            picks.push(e);
+        }
+    }
+    let next = AtomicU64::new(0);
+    let t = Instant::now();
+    let per: Vec<Res<(u64, u64)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..16)
+            .map(|_| {
+                let (picks, next) = (&picks, &next);
+                s.spawn(move || -> Res<(u64, u64)> {
+                    let (mut events, mut reads) = (0, 0);
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        let Some(e) = picks.get(i) else { break };
+                        events += sys
+                            .read(&Q::Tag(format!("entity:{e}")), 0, None, false)?
+                            .events;
+                        reads += 1;
+                    }
+                    Ok((events, reads))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".into())))
+            .collect()
+    });
+    let el = t.elapsed().as_secs_f64();
+    let v = per.into_iter().collect::<Res<Vec<_>>>()?;
+    let events: u64 = v.iter().map(|x| x.0).sum();
+    if events == 0 {
+        return Err("read nothing".into());
+    }
+    Ok(
+        json!({"value": events as f64 / el, "events": events, "entities": picks.len(), "seconds": el}),
+    )
+}
+
 static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
 /// Whether the cell `id` runs (`--only` narrows the run to cells containing one of its strings).
@@ -475,9 +528,32 @@ fn run() -> Result<(), String> {
     let mut limits = Vec::new();
     let systems = args.systems.clone();
 
-    // Corpora, one per system, built once.
+    // Corpora, one per system, built once: 256-byte events for everything, and 1 KiB events
+    // for the second cold read.
     let mut corpus: BTreeMap<&'static str, Box<dyn System>> = BTreeMap::new();
+    let mut corpus_1k: BTreeMap<&'static str, Box<dyn System>> = BTreeMap::new();
     let mut build = BTreeMap::new();
+    let entities_1k = (scale.corpus_1k / 100).max(1);
+    for &k in systems.iter().filter(|_| want("R3 cold selective, 1 KiB")) {
+        let dir = run_dir.join("corpus-1k").join(k.name());
+        let sys = systems::open(k, &dir, &config)?;
+        let mut i = 0;
+        while i < scale.corpus_1k {
+            let n = 250.min(scale.corpus_1k - i);
+            let evs = (i..i + n)
+                .map(|j| corpus_event(j, entities_1k, 1024))
+                .collect();
+            sys.append(evs, &Cond::None)?
+                .ok_or("unconditional append rejected")?;
+            i += n;
+        }
+        eprintln!(
+            "  built {} 1 KiB corpus: {} events",
+            k.name(),
+            scale.corpus_1k
+        );
+        corpus_1k.insert(k.name(), sys);
+    }
     for &k in &systems {
         let dir = run_dir.join("corpus").join(k.name());
         let sys = systems::open(k, &dir, &config)?;
@@ -487,7 +563,7 @@ fn run() -> Result<(), String> {
         while i < scale.corpus {
             let n = chunk.min(scale.corpus - i);
             let evs = (i..i + n)
-                .map(|j| corpus_event(j, scale.entities))
+                .map(|j| corpus_event(j, scale.entities, EVENT_BYTES))
                 .collect();
             sys.append(evs, &Cond::None)?
                 .ok_or("unconditional append rejected")?;
@@ -884,48 +960,29 @@ fn run() -> Result<(), String> {
                 Ok(json!({"value": rss1.saturating_sub(rss0) as f64 / 1048576.0})),
             );
             // R3: distinct entities, read once each, right after the cold open.
-            let mut rng = Rng::new(seed ^ 0xC01D);
-            let mut picks: Vec<u64> = Vec::new();
-            while picks.len() < scale.cold_entities.min(entities as usize) {
-                let e = rng.below(entities);
-                if !picks.contains(&e) {
-                    picks.push(e);
-                }
-            }
-            let next = AtomicU64::new(0);
-            let t = Instant::now();
-            let per: Vec<Res<(u64, u64)>> = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..16)
-                    .map(|_| {
-                        let (sys, picks, next) = (sys.as_ref(), &picks, &next);
-                        s.spawn(move || -> Res<(u64, u64)> {
-                            let (mut events, mut reads) = (0, 0);
-                            loop {
-                                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                                let Some(e) = picks.get(i) else { break };
-                                events += sys
-                                    .read(&Q::Tag(format!("entity:{e}")), 0, None, false)?
-                                    .events;
-                                reads += 1;
-                            }
-                            Ok((events, reads))
-                        })
-                    })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".into())))
-                    .collect()
-            });
-            let el = t.elapsed().as_secs_f64();
-            let fig = per.into_iter().collect::<Res<Vec<_>>>().map(|v| {
-                let events: u64 = v.iter().map(|x| x.0).sum();
-                json!({"value": events as f64 / el, "events": events, "entities": picks.len(), "seconds": el})
-            });
+            let fig = cold_read(sys.as_ref(), scale.cold_entities, entities, seed);
             results.record("R3 cold selective, 16 readers", "R3", "distinct entities read once each right after evicting every store file and reopening, events/s", "events/s", true, k, fig);
             corpus.insert(k.name(), sys);
         }
+        for &k in order.iter().filter(|_| want("R3 cold selective, 1 KiB")) {
+            let dir = run_dir.join("corpus-1k").join(k.name());
+            corpus_1k.remove(k.name()).unwrap().close()?;
+            machine::evict_dir(&dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
+            let sys = systems::open(k, &dir, &config)?;
+            let fig = cold_read(sys.as_ref(), scale.cold_entities, entities_1k, seed);
+            results.record(
+                "R3 cold selective, 1 KiB events, 16 readers",
+                "R3",
+                "the same on a corpus of 1 KiB events (corpus_1k in the JSON, ~100 events an entity), events/s",
+                "events/s",
+                true,
+                k,
+                fig,
+            );
+            corpus_1k.insert(k.name(), sys);
+        }
     }
-    for (_, sys) in corpus {
+    for (_, sys) in corpus.into_iter().chain(corpus_1k) {
         sys.close()?;
     }
     let load_end = machine::loadavg();
@@ -939,6 +996,7 @@ fn run() -> Result<(), String> {
         "scale": scale.name,
         "rounds": scale.rounds,
         "corpus_events": scale.corpus,
+        "corpus_1k_events": scale.corpus_1k,
         "entities": scale.entities,
         "event_bytes": EVENT_BYTES,
         "window_seconds": scale.secs,
