@@ -97,15 +97,12 @@ data class QueryItem(val types: List<String> = emptyList(), val tags: List<Strin
  * of [items]. A query with no items, or an item with neither types nor tags, is refused with
  * [LapilliException.InvalidArgument] when used, never guessed at.
  */
-class Query private constructor(
+@ConsistentCopyVisibility
+data class Query private constructor(
     /** Null for [all]. */
     val items: List<QueryItem>?,
 ) {
     val isAll: Boolean get() = items == null
-
-    override fun equals(other: Any?) = other is Query && items == other.items
-
-    override fun hashCode() = items.hashCode()
 
     override fun toString() = if (items == null) "Query.all()" else "Query.of($items)"
 
