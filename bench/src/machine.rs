@@ -248,6 +248,32 @@ pub fn limits(dir: &Path, scale: &LimitScale, seed: u64) -> Result<Value, String
     let _ = fs::remove_file(&path);
     let (fsync_p50, fsync_p99) = p50_p99(lat);
 
+    // fdatasync of a 4 KiB overwrite inside a file already written and synced: no size or
+    // extent change, so no journal commit (what a store writing into a zero-filled,
+    // preallocated segment can get).
+    let path = dir.join("fsync-over.bin");
+    let _ = fs::remove_file(&path);
+    let f = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(io)?;
+    f.write_all_at(&vec![0u8; 4096 * scale.fsync_appends], 0)
+        .map_err(io)?;
+    f.sync_all().map_err(io)?;
+    let mut lat = Vec::with_capacity(scale.fsync_appends);
+    for i in 0..scale.fsync_appends {
+        let t = Instant::now();
+        f.write_all_at(&block, (i * 4096) as u64).map_err(io)?;
+        f.sync_data().map_err(io)?;
+        lat.push(t.elapsed());
+    }
+    drop(f);
+    let _ = fs::remove_file(&path);
+    let (over_p50, over_p99) = p50_p99(lat);
+
     // Sequential write bandwidth: 1 MiB writes, one fsync at the end.
     let path = dir.join("seq.bin");
     let _ = fs::remove_file(&path);
@@ -316,6 +342,8 @@ pub fn limits(dir: &Path, scale: &LimitScale, seed: u64) -> Result<Value, String
     Ok(json!({
         "fdatasync_4k_append_p50_us": fsync_p50,
         "fdatasync_4k_append_p99_us": fsync_p99,
+        "fdatasync_4k_overwrite_p50_us": over_p50,
+        "fdatasync_4k_overwrite_p99_us": over_p99,
         "seq_write_bytes_per_s": seq_write,
         "cold_seq_read_bytes_per_s": seq_read,
         "cold_random_4k_reads_per_s_1_thread": random_1,

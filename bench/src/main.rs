@@ -934,12 +934,20 @@ fn run() -> Result<(), String> {
             let sys = opened?;
             let head = sys.head()?;
             let rss1 = machine::rss();
+            let resident_after = machine::files(&dir)
+                .iter()
+                .map(|f| {
+                    fs::metadata(f).map(|m| m.len()).unwrap_or(0) as f64
+                        * machine::resident_fraction(f)
+                })
+                .sum::<f64>();
             let fig = Ok(json!({
                 "value": open_s * 1e3,
                 "head": head,
                 "store_bytes": machine::dir_bytes(&dir),
                 "rss_growth_bytes": rss1.saturating_sub(rss0),
                 "resident_bytes_before_open": resident,
+                "resident_bytes_after_open": resident_after,
             }));
             results.record(
                 "Startup open time (cold cache)",
