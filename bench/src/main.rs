@@ -210,6 +210,7 @@ fn write_cell(
     cond: &(dyn Fn(&str, u64) -> Cond + Sync),
 ) -> Res<Value> {
     let last_seen = AtomicU64::new(start_after);
+    let groups_before = sys.group_commits();
     let end = deadline(secs);
     let t0 = Instant::now();
     let per_thread: Vec<Res<(u64, u64, u64, Vec<Duration>)>> = std::thread::scope(|s| {
@@ -261,7 +262,12 @@ fn write_cell(
         lat.extend(l);
     }
     let (p50, p99) = machine::p50_p99(lat);
+    let groups = match (groups_before, sys.group_commits()) {
+        (Some(a), Some(b)) => json!(b - a),
+        _ => Value::Null,
+    };
     Ok(json!({
+        "group_commits": groups,
         "value": events as f64 / elapsed,
         "appends_per_s": appends as f64 / elapsed,
         "events": events, "appends": appends,

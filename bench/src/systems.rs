@@ -79,6 +79,10 @@ pub trait System: Send + Sync {
     /// index in the first 8 bytes: the time from each append call to its delivery.
     fn live_latency(&self, tag: &str, n: usize, data_len: usize) -> Res<Vec<Duration>>;
     fn close(self: Box<Self>) -> Res<()>;
+    /// Group commits written so far, where the system tells (Lapilli's `group_commits`).
+    fn group_commits(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Why a system cannot run a cell, when it cannot: said in the table, never papered over.
@@ -305,6 +309,10 @@ impl System for Lap {
 
     fn close(self: Box<Self>) -> Res<()> {
         self.store.close().map_err(|e| e.to_string())
+    }
+
+    fn group_commits(&self) -> Option<u64> {
+        Some(self.store.group_commits())
     }
 }
 
