@@ -222,6 +222,41 @@ pub fn markdown(doc: &Value) -> String {
         s += &format!("- {l}\n");
     }
 
+    // How cold the cold reads were: what each open left in the page cache.
+    if let Some(c) = cells
+        .iter()
+        .find(|c| c["id"] == "Startup open time (cold cache)")
+    {
+        let mut parts = Vec::new();
+        for (sys, name) in [
+            ("lapilli", "Lapilli"),
+            ("tephra", "Tephra"),
+            ("umadb", "UmaDB"),
+        ] {
+            let fig = &c["systems"][sys];
+            if let (Some(after), Some(total), Some(before)) = (
+                median_key(fig, "resident_bytes_after_open"),
+                median_key(fig, "store_bytes"),
+                median_key(fig, "resident_bytes_before_open"),
+            ) {
+                parts.push(format!(
+                    "{name} {:.1} MiB of {:.1} MiB (before the open: {:.1} MiB)",
+                    after / 1048576.0,
+                    total / 1048576.0,
+                    before / 1048576.0
+                ));
+            }
+        }
+        if !parts.is_empty() {
+            s += &format!(
+                "\nHow cold R3 and the startup were: store bytes in the page cache right after the cold open \
+                 (medians): {}. What an open reads stays cached for the reads after it, so a store whose open \
+                 reads its whole log answers R3 from memory at this corpus size.\n",
+                parts.join("; ")
+            );
+        }
+    }
+
     // Lapilli against the machine.
     let lim = &doc["limits"]["median"];
     let get = |id: &str, key: &str| -> Option<f64> {
