@@ -90,6 +90,33 @@ fun main(args: Array<String>) {
         report("append_concurrent", WORKERS * perWorker, s)
     }
 
+    // The same with 64 platform threads in the blocking append: a second figure that tells
+    // the binding's async path apart from its blocking one.
+    run {
+        val perWorker = num("concurrent")
+        val (dir, store) = fresh("kotlin-concurrent-threads")
+        fun inFlight(per: Long, offset: Long): Long {
+            val gate = java.util.concurrent.CyclicBarrier(WORKERS + 1)
+            val threads = (0 until WORKERS).map { w ->
+                Thread {
+                    gate.await()
+                    for (i in 0 until per) store.append(listOf(event(offset + w * per + i)), NEVER)
+                }.also { it.start() }
+            }
+            gate.await()
+            val started = System.nanoTime()
+            threads.forEach { it.join() }
+            return started
+        }
+        inFlight(1, 0) // warm, untimed
+        val started = inFlight(perWorker, WORKERS.toLong())
+        val s = seconds(started)
+        check(store.head(), WORKERS * (1 + perWorker), "append_concurrent_threads head")
+        store.close()
+        dir.deleteRecursively()
+        report("append_concurrent_threads", WORKERS * perWorker, s)
+    }
+
     Store.open(p["read_store"] ?: error("missing read_store=DIR")).use { store ->
         val head = store.head()
 
