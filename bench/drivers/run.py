@@ -160,7 +160,11 @@ def main() -> None:
     measuring = time.monotonic()
     for n in range(1, args.rounds + 1):
         rnd = {"round": n, "load_avg_before": loadavg(), "figures": []}
-        for runtime in runtimes:
+        # Runtime by runtime, the order rotated each round so that a noisy minute on this shared
+        # machine does not always fall on the same runtime.
+        order = runtimes[(n - 1) % len(runtimes):] + runtimes[:(n - 1) % len(runtimes)]
+        rnd["order"] = order
+        for runtime in order:
             cmd = driver_cmd(runtime, params)
             print(f"round {n}/{args.rounds}: {runtime}", flush=True)
             with open(logs / f"{runtime}.stderr", "a") as err:
@@ -268,7 +272,8 @@ def markdown(r: dict, med, ratios) -> str:
     m = r["machine"]
     lines = [
         f"# Lapilli from each runtime: events/s and the ratio to Rust ({r['date_utc']})", "",
-        f"`{r['command']}`: {r['rounds_run']} rounds, runtime by runtime within each round, medians. "
+        f"`{r['command']}`: {r['rounds_run']} rounds, runtime by runtime within each round (the order "
+        f"rotated each round), medians. "
         f"256-byte events tagged `entity:<n>`, a read store of {r['read_store_events']:,} events "
         f"(warm page cache), on {m['store_fs']} ({m['store_device']}), never tmpfs. "
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, {m['os']}, kernel {m['kernel']}. "
