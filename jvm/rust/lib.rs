@@ -202,6 +202,12 @@ impl FfiStore {
         Ok(Arc::new(FfiSubscription { inner }))
     }
 
+    /// How many group commits (one write, and with fsync durability one fsync, each) this
+    /// handle has made: for tests that show concurrent appends share commits.
+    pub fn group_commits(&self) -> u64 {
+        self.inner.group_commits()
+    }
+
     /// Answers queued appends, ends subscriptions, releases the lock. Idempotent.
     pub fn close(&self) -> FfiResult<()> {
         Ok(self.inner.close()?)

@@ -117,6 +117,9 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
         return Subscription(ffiCall("store") { ffi.subscribe(ffiQuery, ffiAfter) })
     }
 
+    /** Group commits (one write and, with fsync, one fsync each) made by this handle; for tests. */
+    internal fun groupCommits(): Long = ffiCall("store") { ffi.groupCommits() }.toLong()
+
     /**
      * Answers queued appends, ends every subscription, releases the lock and the native handle.
      * Idempotent; later calls raise [LapilliException.Closed].
