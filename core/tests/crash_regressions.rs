@@ -29,3 +29,27 @@ fn an_empty_segment_file_left_by_a_crash_during_creation_is_recreated() {
     store.close().unwrap();
     assert_eq!(std::fs::metadata(&next).unwrap().len(), 4096, "recreated at full size");
 }
+
+/// Found by the JVM binding's tests: a timeout too long to add to `Instant::now()` panicked.
+/// It now means "no timeout", and a close still ends the wait.
+#[test]
+fn a_huge_subscription_timeout_waits_instead_of_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(Store::open(dir.path(), options()).unwrap());
+    let subscription = std::sync::Arc::new(store.subscribe(&Query::all(), lapilli_core::Position::ZERO).unwrap());
+    let waiter = {
+        let subscription = subscription.clone();
+        std::thread::spawn(move || subscription.next_batch(10, Some(std::time::Duration::MAX)))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    store.append(vec![Event::new("T", ["t"], vec![])], None).unwrap();
+    let batch = waiter.join().expect("no panic").unwrap().expect("not ended");
+    assert_eq!(batch.len(), 1);
+    let waiter = {
+        let subscription = subscription.clone();
+        std::thread::spawn(move || subscription.next_batch(10, Some(std::time::Duration::MAX)))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    subscription.close();
+    assert_eq!(waiter.join().unwrap().unwrap(), None, "close ends a wait with no deadline");
+}

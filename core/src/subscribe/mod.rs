@@ -136,7 +136,8 @@ impl Subscription {
         if max == 0 {
             return Err(Error::invalid("max is 0; a batch holds at least one event"));
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to represent is no timeout.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let _consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
         let mut batch = Vec::new();
         loop {
