@@ -27,3 +27,9 @@ bash node/scripts/test.sh
 
 echo "== Python: the lapilli wheel (stubtest, pytest incl. the notebook example)"
 bash python/scripts/test.sh
+
+echo "== JVM: the dev.lapilli:lapilli jar (JUnit through Maven) and the Kotlin examples"
+bash jvm/scripts/test.sh
+
+echo "== Interop: a store written by each runtime, read by every runtime"
+python3 tests/interop/run.py rust python node kotlin

@@ -21,14 +21,18 @@ INDEX_FORMAT_VERSION = 1
 
 
 def kotlin_command() -> list:
-    classpath_file = ROOT / "examples" / "kotlin" / "target" / "classpath.txt"
-    subprocess.run(
-        ["mvn", "-B", "-q", "-f", str(ROOT / "examples" / "kotlin" / "pom.xml"), "dependency:build-classpath",
-         f"-Dmdep.outputFile={classpath_file}"],
-        check=True,
+    project = ROOT / "tests" / "interop" / "kotlin"
+    classpath_file = project / "target" / "classpath.txt"
+    maven = ["mvn", "-B", "-q", "-ntp", "-f", str(project / "pom.xml")]
+    build = subprocess.run(
+        maven + ["compile", "dependency:build-classpath", f"-Dmdep.outputFile={classpath_file}"],
+        capture_output=True,
+        text=True,
     )
-    classes = ROOT / "examples" / "kotlin" / "target" / "classes"
-    return ["java", "-cp", f"{classes}:{classpath_file.read_text().strip()}", "dev.lapilli.examples.InteropKt"]
+    if build.returncode != 0:
+        sys.exit(f"building the Kotlin interop program failed:\n{build.stdout}\n{build.stderr}")
+    classes = project / "target" / "classes"
+    return ["java", "-cp", f"{classes}:{classpath_file.read_text().strip()}", "InteropKt"]
 
 
 def commands(runtimes: list) -> dict:

@@ -39,10 +39,10 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
         fun open(path: Path, options: Options = Options()): Store = open(path.toString(), options)
 
         /**
-         * A read-only handle following a store another process may be writing: it sees whole
-         * committed batches only, and its appends raise [LapilliException.ReadOnly]. An engine
-         * built without followers raises [LapilliException.ReadOnly] here rather than give
-         * stale answers.
+         * A read-only handle (a follower) on a store another process may be writing: it never
+         * takes the lock or writes a byte, sees whole committed batches only and follows new
+         * commits within milliseconds; its appends raise [LapilliException.ReadOnly]. A missing
+         * directory raises [LapilliException.Io].
          */
         @JvmStatic
         fun openReadOnly(path: String): Store = Store(ffiCall("store") { FfiStore.openReadOnly(path) })
