@@ -61,6 +61,8 @@ pub struct Scale {
     /// Events of 1 KiB in the second corpus, read cold only (R3).
     pub corpus_1k: u64,
     pub live_events: usize,
+    /// Appends per writer thread in each W3/W4 cell (16 threads), the same for every system.
+    pub corpus_appends: u64,
     pub limits: machine::LimitScale,
 }
 
@@ -78,6 +80,7 @@ impl Scale {
             cold_entities: 64,
             corpus_1k: 50_000,
             live_events: 100,
+            corpus_appends: 200,
             limits: machine::LimitScale {
                 fsync_appends: 200,
                 seq_bytes: 256 << 20,
@@ -97,6 +100,7 @@ impl Scale {
             cold_entities: 256,
             corpus_1k: 500_000,
             live_events: 300,
+            corpus_appends: 1000,
             limits: machine::LimitScale {
                 fsync_appends: 1000,
                 seq_bytes: 1 << 30,
@@ -207,6 +211,9 @@ fn write_cell(
     secs: f64,
     prefix: &str,
     start_after: u64,
+    // A cap on appends per thread: the cells on the corpus append the same number of events
+    // to every system, so the corpus stays alike across systems and rounds.
+    max_appends: Option<u64>,
     cond: &(dyn Fn(&str, u64) -> Cond + Sync),
 ) -> Res<Value> {
     let last_seen = AtomicU64::new(start_after);
@@ -221,7 +228,10 @@ fn write_cell(
                     let (mut appends, mut events, mut rejected) = (0u64, 0u64, 0u64);
                     let mut lat = Vec::new();
                     let mut seq = 0u64;
-                    while Instant::now() < end {
+                    while Instant::now() < end || max_appends.is_some() {
+                        if max_appends.is_some_and(|m| appends + rejected >= m) {
+                            break;
+                        }
                         let tag = format!("{prefix}:{t}:{seq}");
                         seq += 1;
                         let evs = (0..batch)
@@ -631,7 +641,7 @@ fn run() -> Result<(), String> {
                 let sys = fresh[k.name()].as_ref();
                 let prefix = format!("w1-{round}-{threads}-{batch}");
                 let head = sys.head()?;
-                let fig = write_cell(sys, threads, batch, secs, &prefix, head, &guard);
+                let fig = write_cell(sys, threads, batch, secs, &prefix, head, None, &guard);
                 results.record(
                     &id,
                     "W1",
@@ -652,7 +662,7 @@ fn run() -> Result<(), String> {
                 let sys = fresh[k.name()].as_ref();
                 let prefix = format!("w2-{round}-{writers}");
                 let head = sys.head()?;
-                let fig = write_cell(sys, writers, 1, secs, &prefix, head, &guard);
+                let fig = write_cell(sys, writers, 1, secs, &prefix, head, None, &guard);
                 results.record(
                     &id,
                     "W2",
@@ -863,7 +873,7 @@ fn run() -> Result<(), String> {
         let cells: [(&str, &str, &(dyn Fn(&str, u64, u64) -> Cond + Sync)); 4] = [
             (
                 "W3 uniqueness guard",
-                "guard on a new tag with `after` omitted (the whole log), 16 writers, events/s",
+                "guard on a new tag with `after` omitted (the whole log), 16 writers with a fixed count of single-event appends each (corpus_appends), events/s",
                 &|tag, _last, _stale| Cond::Guard {
                     ty: WRITE_TYPE,
                     tag: tag.into(),
@@ -872,7 +882,7 @@ fn run() -> Result<(), String> {
             ),
             (
                 "W3 existence clause",
-                "boundary guard after the head plus an existence clause on a new tag, 16 writers, events/s",
+                "boundary guard after the head plus an existence clause on a new tag, 16 writers with a fixed count of single-event appends each (corpus_appends), events/s",
                 &|tag, last, _stale| Cond::Exists {
                     ty: WRITE_TYPE,
                     tag: tag.into(),
@@ -882,7 +892,7 @@ fn run() -> Result<(), String> {
             ),
             (
                 "W4 stale cursor (after = head/2)",
-                "guard with `after` half the log back, 16 writers, events/s",
+                "guard with `after` half the log back, 16 writers with a fixed count of single-event appends each (corpus_appends), events/s",
                 &|tag, _last, stale| Cond::Guard {
                     ty: WRITE_TYPE,
                     tag: tag.into(),
@@ -891,7 +901,7 @@ fn run() -> Result<(), String> {
             ),
             (
                 "W4 head-first (after = head)",
-                "guard with `after` at the head, 16 writers, events/s",
+                "guard with `after` at the head, 16 writers with a fixed count of single-event appends each (corpus_appends), events/s",
                 &|tag, last, _stale| Cond::Guard {
                     ty: WRITE_TYPE,
                     tag: tag.into(),
@@ -912,9 +922,16 @@ fn run() -> Result<(), String> {
                     let head = sys.head()?;
                     let stale = head / 2;
                     let prefix = format!("{}-{round}", &id[..2]);
-                    write_cell(sys, 16, 1, secs, &prefix, head, &|tag, last| {
-                        mk(tag, last, stale)
-                    })
+                    write_cell(
+                        sys,
+                        16,
+                        1,
+                        secs,
+                        &prefix,
+                        head,
+                        Some(scale.corpus_appends),
+                        &|tag, last| mk(tag, last, stale),
+                    )
                 };
                 let group = if id.starts_with("W3") { "W3" } else { "W4" };
                 results.record(id, group, desc, "events/s", true, k, fig);
@@ -1011,6 +1028,7 @@ fn run() -> Result<(), String> {
         "rounds": scale.rounds,
         "corpus_events": scale.corpus,
         "corpus_1k_events": scale.corpus_1k,
+        "corpus_appends": scale.corpus_appends,
         "entities": scale.entities,
         "event_bytes": EVENT_BYTES,
         "window_seconds": scale.secs,
