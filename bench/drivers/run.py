@@ -2,6 +2,7 @@
 bench/results/runtimes-<date>.json and .md. Started by run.sh (see README.md); stdlib only.
 
     python3 bench/drivers/run.py [--quick] [--no-build] [--rounds N] [--out DIR]
+    python3 bench/drivers/run.py --render bench/results/runtimes-<date>.json   (rewrite its .md)
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def versions() -> dict:
                             "import importlib.metadata as m; print(m.version('umadb'))"]),
         "node": out(["node", "--version"]),
         "java": out(["sh", "-c", "java -version 2>&1 | head -1"]),
-        "maven": out(["sh", "-c", "mvn -v 2>/dev/null | head -1"]),
+        "maven": out(["sh", "-c", "mvn -B -v 2>/dev/null | head -1"]),
     }
 
 
@@ -135,7 +136,16 @@ def main() -> None:
     ap.add_argument("--no-build", action="store_true", help="use what is built already")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--render", metavar="JSON", help="only rewrite the .md beside a results .json")
     args = ap.parse_args()
+    if args.render:
+        result = json.loads(Path(args.render).read_text())
+
+        def med_of(runtime: str, shape: str) -> float | None:
+            return result["medians"].get(runtime, {}).get(shape, {}).get("events_per_s")
+
+        Path(args.render).with_suffix(".md").write_text(markdown(result, med_of, result["ratio_to_rust"]))
+        return
     scale = "quick" if args.quick else "full"
     params = SCALES[scale]
 
@@ -144,6 +154,7 @@ def main() -> None:
     build_s = time.monotonic() - begun
     WORK.mkdir(parents=True, exist_ok=True)
     facts = machine()
+    tools = versions()  # before measuring: the commit the run started from
     if facts["store_fs"] in ("tmpfs", "ramfs"):
         raise SystemExit(f"{WORK} is on {facts['store_fs']}: fsync there is free and write figures lie")
 
@@ -218,7 +229,7 @@ def main() -> None:
         "scale": scale, "params": params, "read_store_events": READ_STORE_EVENTS,
         "event_bytes": 256, "batch": 512, "concurrent_workers": 64, "rounds_run": args.rounds,
         "machine": {**facts, "load_avg_at_end": loadavg()},
-        "versions": versions(),
+        "versions": tools,
         "not_measured": not_measured,
         "seconds": {"build": round(build_s, 1), "measure": round(measure_s, 1)},
         "medians": medians, "ratio_to_rust": ratios, "targets": targets, "rounds": rounds,
@@ -317,6 +328,9 @@ def markdown(r: dict, med, ratios) -> str:
               for shape, v in ratios.get(rt, {}).items() if v is not None and v < 0.5] or ["- none."]
     if r["not_measured"]:
         lines += ["", "## Not measured", ""] + [f"- {k}: {v}" for k, v in r["not_measured"].items()]
+    lines += ["", "## The rounds", "", "| round | order | load average before | after |", "|---|---|---|---|"]
+    for rnd in r["rounds"]:
+        lines.append(f"| {rnd['round']} | {', '.join(rnd.get('order', []))} | {rnd['load_avg_before']} | {rnd['load_avg_after']} |")
     lines += ["", "## Every round (events/s)", "", "| runtime | shape | rounds |", "|---|---|---|"]
     for rt, shapes in r["medians"].items():
         for shape, d in shapes.items():
