@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -48,7 +49,8 @@ def sh(cmd: list[str], **kw) -> None:
 
 def out(cmd: list[str]) -> str:
     try:
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.strip()
+        text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+        return re.sub(r"\x1b\[[0-9;]*m", "", text).strip()  # Maven colours even with -B
     except (OSError, subprocess.SubprocessError) as e:
         return f"unavailable ({e})"
 
