@@ -222,6 +222,54 @@ pub fn markdown(doc: &Value) -> String {
         s += &format!("- {l}\n");
     }
 
+    // Rounds where Lapilli lost to a peer although its median did not: the median can hide a
+    // state that only one round saw.
+    let mut round_losses = Vec::new();
+    for c in &cells {
+        let hib = c["higher_is_better"].as_bool().unwrap_or(true);
+        let rounds = |sys: &str| -> Vec<Option<f64>> {
+            c["systems"][sys]["rounds"]
+                .as_array()
+                .map(|r| r.iter().map(|f| f["value"].as_f64()).collect())
+                .unwrap_or_default()
+        };
+        let lap = rounds("lapilli");
+        for (sys, name) in PEERS {
+            let (Some(l), Some(p)) = (
+                c["systems"]["lapilli"]["median"].as_f64(),
+                c["systems"][sys]["median"].as_f64(),
+            ) else {
+                continue;
+            };
+            let better = if hib { l / p } else { p / l };
+            if better < 0.95 {
+                continue; // already listed above
+            }
+            for (i, (l, p)) in lap.iter().zip(rounds(sys)).enumerate() {
+                if let (Some(l), Some(p)) = (l, p) {
+                    let b = if hib { l / p } else { p / l };
+                    if b < 0.95 {
+                        round_losses.push(format!(
+                            "{} in round {}: {} against {name}'s {} ({:.2}x {})",
+                            c["id"].as_str().unwrap_or(""),
+                            i + 1,
+                            fmt(*l),
+                            fmt(p),
+                            1.0 / b,
+                            if hib { "slower" } else { "worse" }
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if !round_losses.is_empty() {
+        s += "\n### Rounds where Lapilli lost although its median did not\n\n";
+        for l in &round_losses {
+            s += &format!("- {l}\n");
+        }
+    }
+
     // How cold the cold reads were: what each open left in the page cache.
     if let Some(c) = cells
         .iter()
