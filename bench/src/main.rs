@@ -63,6 +63,8 @@ pub struct Scale {
     pub live_events: usize,
     /// Appends per writer thread in each W3/W4 cell (16 threads), the same for every system.
     pub corpus_appends: u64,
+    /// Events of the recent tag appended to the corpus each round (R4).
+    pub hot_events: u64,
     pub limits: machine::LimitScale,
 }
 
@@ -81,6 +83,7 @@ impl Scale {
             corpus_1k: 50_000,
             live_events: 100,
             corpus_appends: 200,
+            hot_events: 10_000,
             limits: machine::LimitScale {
                 fsync_appends: 200,
                 seq_bytes: 256 << 20,
@@ -101,6 +104,7 @@ impl Scale {
             corpus_1k: 500_000,
             live_events: 300,
             corpus_appends: 1000,
+            hot_events: 100_000,
             limits: machine::LimitScale {
                 fsync_appends: 1000,
                 seq_bytes: 1 << 30,
@@ -814,6 +818,47 @@ fn run() -> Result<(), String> {
             );
             results.record(
                 "R4 last event of a 1/10 tag",
+                "R4",
+                &desc,
+                "reads/s",
+                true,
+                k,
+                fig,
+            );
+        }
+        // A tag whose events are all recent (in every system's newest data: Lapilli's and
+        // Tephra's active segment), written fresh each round, the same count for every system.
+        for &k in order
+            .iter()
+            .filter(|_| want("R4 last event of a recent tag"))
+        {
+            let sys = corpus[k.name()].as_ref();
+            let tag = format!("hot:{round}");
+            let mut written = 0u64;
+            let fig = (|| -> Res<Value> {
+                while written < scale.hot_events {
+                    let n = 1000.min(scale.hot_events - written);
+                    let evs = (written..written + n)
+                        .map(|i| Ev {
+                            ty: "Hot",
+                            tags: vec![tag.clone()],
+                            data: payload(i),
+                        })
+                        .collect();
+                    sys.append(evs, &Cond::None)?
+                        .ok_or("unconditional append rejected")?;
+                    written += n;
+                }
+                op_cell(sys, secs, seed, &|s, _rng| {
+                    Ok(s.read(&Q::Tag(tag.clone()), 0, Some(1), true)?.events)
+                })
+            })();
+            let desc = format!(
+                "newest event of a tag whose {} events were all just appended, backwards limit 1, reads/s",
+                scale.hot_events
+            );
+            results.record(
+                "R4 last event of a recent tag",
                 "R4",
                 &desc,
                 "reads/s",
