@@ -38,12 +38,27 @@ impl MappedSegment {
         let _ = self.map.advise(memmap2::Advice::Random);
     }
 
-    /// A scan is about to read `offset..offset + len`: start reading it in now.
+    /// A scan is about to read `offset..offset + len`: start reading it in now, unless its
+    /// first and last pages are already in the page cache (a warm scan: asking the kernel to
+    /// read ahead would only walk pages it already has).
     pub fn prefetch(&self, offset: usize, len: usize) {
         let len = len.min(self.map.len().saturating_sub(offset));
-        if len > 0 {
-            let _ = self.map.advise_range(memmap2::Advice::WillNeed, offset, len);
+        if len == 0 || (self.is_resident(offset) && self.is_resident(offset + len - 1)) {
+            return;
         }
+        let _ = self.map.advise_range(memmap2::Advice::WillNeed, offset, len);
+    }
+
+    fn is_resident(&self, offset: usize) -> bool {
+        const PAGE: usize = 4096;
+        let page_start = offset / PAGE * PAGE;
+        let mut resident = 0u8;
+        // SAFETY: the address range is one page inside our own live mapping (mappings start
+        // page-aligned), and `resident` has room for the one byte mincore writes for it.
+        let rc = unsafe {
+            libc::mincore(self.map.as_ptr().add(page_start) as *mut libc::c_void, 1, &mut resident)
+        };
+        rc == 0 && resident & 1 == 1
     }
 }
 

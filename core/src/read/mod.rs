@@ -126,8 +126,10 @@ fn prefetch(log: &MappedSegment, offset: usize, backwards: bool, done: Option<us
     } else {
         match done {
             Some(end) if offset + PREFETCH_BYTES / 2 <= end => done,
+            // Ask only for what was not asked for already.
             _ => {
-                log.prefetch(offset, PREFETCH_BYTES);
+                let from = done.map_or(offset, |end| end.max(offset));
+                log.prefetch(from, offset + PREFETCH_BYTES - from);
                 Some(offset + PREFETCH_BYTES)
             }
         }

@@ -139,7 +139,7 @@ impl Subscription {
         // A timeout too long to represent is no timeout.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let _consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut batch = Vec::new();
+        let mut batch = Vec::with_capacity(max.min(1024));
         loop {
             if self.ended() {
                 return Ok(None);
