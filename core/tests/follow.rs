@@ -129,8 +129,11 @@ fn writer_child() {
             .collect();
         store.append(events, None).expect("child append");
         batch += 1;
-        if batch % 50 == 0 {
-            std::thread::sleep(Duration::from_millis(1));
+        // Paced, and bounded: 4 KiB segments are one mapping each, and an unpaced writer on a
+        // loaded machine could make tens of thousands before the parent kills it.
+        std::thread::sleep(Duration::from_micros(200));
+        if batch % 5_000 == 0 {
+            std::thread::sleep(Duration::from_secs(3600));
         }
     }
 }
@@ -196,7 +199,6 @@ fn follows_a_writer_process_through_rollover_kill_and_restart() {
     child.wait().unwrap();
     let all = follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
     check_whole_batches(&all);
-    assert!(follower.recovery().segments >= 1);
     check_whole_batches(&delivered[..delivered.len().min(all.len())]);
     assert_eq!(&all[..delivered.len()], &delivered[..], "the subscription delivered what reads see");
     // What the follower saw is exactly what a writer recovers.
