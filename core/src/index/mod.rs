@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use file::IndexFile;
-use postings::{Postings, SortedList};
+use postings::{Chain, Postings};
 use tail::TailIndex;
 
 /// How the planner may answer; anything but `Auto` is for differential tests.
@@ -71,8 +71,8 @@ impl SegmentIndex {
     pub fn postings(&self, tag: &str, lo: u32, hi: u32) -> Result<Option<Postings>> {
         match self {
             SegmentIndex::Tail(tail) => {
-                let rels = tail.tag_positions(tag, lo, hi);
-                Ok((!rels.is_empty()).then(|| Postings::List(SortedList::Owned(rels.into()))))
+                let newest = tail.newest_occurrence(tag);
+                Ok((newest != 0).then(|| Postings::Chain(Chain::new(tail.clone(), newest, tail.tag_count(tag), lo, hi))))
             }
             SegmentIndex::Sealed(file) => file.postings(tag),
         }

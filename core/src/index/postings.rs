@@ -3,9 +3,71 @@
 //! a bitmap over the segment's events. Each owns what backs it, so a read can keep one across
 //! calls without borrowing from the segment.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use memmap2::Mmap;
+
+use crate::index::tail::TailIndex;
+
+/// A tail tag's chain, read newest-first only as far as the walk needs: "the newest event at or
+/// below a bound" reads one or a few occurrences, however many the tag has.
+pub struct Chain {
+    tail: Arc<TailIndex>,
+    count: u32,
+    lo: u32,
+    hi: u32,
+    read: RefCell<ChainRead>,
+}
+
+struct ChainRead {
+    /// The next (older) occurrence to read, + 1; 0 when the chain is read down to `lo`.
+    next: u32,
+    /// Relative positions read so far inside `lo..=hi`, newest first.
+    newest_first: Vec<u32>,
+}
+
+impl Chain {
+    pub fn new(tail: Arc<TailIndex>, newest: u32, count: u32, lo: u32, hi: u32) -> Chain {
+        Chain { tail, count, lo, hi, read: RefCell::new(ChainRead { next: newest, newest_first: Vec::new() }) }
+    }
+
+    /// Reads older occurrences until one below `rel` was seen (or the chain ends at `lo`).
+    fn read_down_to(&self, rel: u32) {
+        let mut read = self.read.borrow_mut();
+        while read.next != 0 && read.newest_first.last().is_none_or(|&oldest| oldest >= rel) {
+            let (position, previous) = self.tail.occurrence(read.next);
+            if position < self.lo {
+                read.next = 0;
+                break;
+            }
+            if position <= self.hi {
+                read.newest_first.push(position);
+            }
+            read.next = previous;
+        }
+    }
+
+    fn contains(&self, rel: u32) -> bool {
+        self.read_down_to(rel);
+        self.read.borrow().newest_first.iter().any(|&r| r == rel)
+    }
+
+    fn first_in(&self, from: u32, to: u32) -> Option<u32> {
+        self.read_down_to(from);
+        self.read.borrow().newest_first.iter().rev().copied().find(|&r| r >= from && r <= to)
+    }
+
+    fn last_in(&self, from: u32, to: u32) -> Option<u32> {
+        self.read_down_to(to);
+        // The chain is read down past `to`; keep reading only if nothing at or below `to` yet.
+        if let Some(r) = self.read.borrow().newest_first.iter().copied().find(|&r| r <= to) {
+            return (r >= from).then_some(r);
+        }
+        self.read_down_to(from);
+        self.read.borrow().newest_first.iter().copied().find(|&r| r <= to && r >= from)
+    }
+}
 
 /// Sorted, ascending relative positions.
 #[derive(Clone)]
@@ -48,9 +110,9 @@ impl SortedList {
     }
 }
 
-#[derive(Clone)]
 pub enum Postings {
     List(SortedList),
+    Chain(Chain),
     /// Bit `i` (LSB-first within each byte) set when relative position `i` carries the tag.
     Bitmap { map: Arc<Mmap>, at: usize, bytes: usize, count: u32 },
 }
@@ -59,12 +121,14 @@ impl Postings {
     pub fn count(&self) -> usize {
         match self {
             Postings::List(list) => list.len(),
+            Postings::Chain(chain) => chain.count as usize,
             Postings::Bitmap { count, .. } => *count as usize,
         }
     }
 
     pub fn contains(&self, rel: u32) -> bool {
         match self {
+            Postings::Chain(chain) => chain.contains(rel),
             Postings::List(list) => {
                 let i = list.lower_bound(rel);
                 i < list.len() && list.get(i) == rel
@@ -82,6 +146,7 @@ impl Postings {
             return None;
         }
         match self {
+            Postings::Chain(chain) => chain.first_in(from, to),
             Postings::List(list) => {
                 let i = list.lower_bound(from);
                 (i < list.len()).then(|| list.get(i)).filter(|&rel| rel <= to)
@@ -112,6 +177,7 @@ impl Postings {
             return None;
         }
         match self {
+            Postings::Chain(chain) => chain.last_in(from, to),
             Postings::List(list) => {
                 let i = list.lower_bound(to.saturating_add(1));
                 let upper = if to == u32::MAX { list.len() } else { i };

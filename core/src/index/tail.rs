@@ -88,24 +88,14 @@ impl TailIndex {
         self.tags.pin().get(tag).map_or(0, |chain| chain.count.load(Ordering::Relaxed))
     }
 
-    /// Relative positions carrying `tag` within `lo..=hi`, ascending.
-    pub fn tag_positions(&self, tag: &str, lo: u32, hi: u32) -> Vec<u32> {
-        let mut found = Vec::new();
-        let tags = self.tags.pin();
-        let Some(chain) = tags.get(tag) else { return found };
-        let mut next = chain.last.load(Ordering::Acquire);
-        while next != 0 {
-            let occurrence = (next - 1) as usize;
-            let rel = self.occurrence_position.get(occurrence);
-            if rel < lo {
-                break;
-            }
-            if rel <= hi {
-                found.push(rel);
-            }
-            next = self.occurrence_previous.get(occurrence);
-        }
-        found.reverse();
-        found
+    /// The newest occurrence of `tag` (occurrence index + 1; 0: the tag never occurred).
+    pub fn newest_occurrence(&self, tag: &str) -> u32 {
+        self.tags.pin().get(tag).map_or(0, |chain| chain.last.load(Ordering::Acquire))
+    }
+
+    /// The relative position of occurrence `next - 1`, and the occurrence before it (+ 1).
+    pub fn occurrence(&self, next: u32) -> (u32, u32) {
+        let occurrence = (next - 1) as usize;
+        (self.occurrence_position.get(occurrence), self.occurrence_previous.get(occurrence))
     }
 }
