@@ -13,6 +13,27 @@ fn open(dir: &std::path::Path) -> Arc<Store> {
     Arc::new(Store::open(dir, buffered(1 << 20)).unwrap())
 }
 
+/// Runs `work(store, i)` on `threads` threads released together by a barrier, so their appends
+/// really contend; returns each thread's result, in thread order.
+fn race<T: Send + 'static>(
+    store: &Arc<Store>,
+    threads: usize,
+    work: impl Fn(&Store, usize) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let barrier = Arc::new(Barrier::new(threads));
+    let work = Arc::new(work);
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let (store, barrier, work) = (store.clone(), barrier.clone(), work.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                work(&store, i)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 #[test]
 fn exactly_one_winner_when_every_thread_guards_the_same_tag() {
     const THREADS: usize = 32;
@@ -21,20 +42,10 @@ fn exactly_one_winner_when_every_thread_guards_the_same_tag() {
     store.append(vec![Event::new("Seed", ["other"], vec![])], None).unwrap();
     for round in 0..6u64 {
         let seen = store.head().unwrap();
-        let barrier = Arc::new(Barrier::new(THREADS));
-        let results: Vec<_> = (0..THREADS)
-            .map(|i| {
-                let (store, barrier) = (store.clone(), barrier.clone());
-                thread::spawn(move || {
-                    barrier.wait();
-                    let event = Event::new("Claimed", ["hot".to_string(), format!("thread:{i}")], round.to_le_bytes().to_vec());
-                    store.append(vec![event], Some(AppendCondition::new(Query::for_tags(["hot"])).after(seen)))
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .collect();
+        let results = race(&store, THREADS, move |store, i| {
+            let event = Event::new("Claimed", ["hot".to_string(), format!("thread:{i}")], round.to_le_bytes().to_vec());
+            store.append(vec![event], Some(AppendCondition::new(Query::for_tags(["hot"])).after(seen)))
+        });
         let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
         assert_eq!(winners.len(), 1, "round {round}: {results:?}");
         let won_at = winners[0].first;
@@ -54,25 +65,20 @@ fn exactly_one_winner_per_uniqueness_key() {
     const THREADS: usize = 24;
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let barrier = Arc::new(Barrier::new(THREADS));
     // Each thread registers the same four usernames; each name must be taken exactly once.
-    let handles: Vec<_> = (0..THREADS)
-        .map(|i| {
-            let (store, barrier) = (store.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                (0..4)
-                    .map(|name| {
-                        let key = format!("username:{name}");
-                        let event = Event::new("Registered", [key.clone(), format!("thread:{i}")], vec![]);
-                        let guard = AppendCondition::new(Query::for_tags(["never-used"])).fail_if_exists(Query::for_tags([key]));
-                        store.append(vec![event], Some(guard))
-                    })
-                    .collect::<Vec<_>>()
+    let results: Vec<_> = race(&store, THREADS, |store, i| {
+        (0..4)
+            .map(|name| {
+                let key = format!("username:{name}");
+                let event = Event::new("Registered", [key.clone(), format!("thread:{i}")], vec![]);
+                let guard = AppendCondition::new(Query::for_tags(["never-used"])).fail_if_exists(Query::for_tags([key]));
+                store.append(vec![event], Some(guard))
             })
-        })
-        .collect();
-    let results: Vec<_> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            .collect::<Vec<_>>()
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 4);
     for r in &results {
         if let Err(e) = r {
@@ -92,34 +98,24 @@ fn disjoint_guards_all_succeed_even_when_they_share_a_group() {
     let dir = tempfile::tempdir().unwrap();
     // fsync durability, so that requests pile up behind each fsync and share groups.
     let store = Arc::new(Store::open(dir.path(), Options { durability: Durability::Fsync, ..buffered(1 << 20) }).unwrap());
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|i| {
-            let (store, barrier) = (store.clone(), barrier.clone());
-            thread::spawn(move || {
-                let own = format!("own:{i}");
-                barrier.wait();
-                let mut last_seen = Position::ZERO;
-                for n in 0..APPENDS {
-                    // The boundary guards this thread's tag since its own last event; the
-                    // existence guard a tag no one writes. Neither truly conflicts.
-                    let guard = AppendCondition::new(Query::of([
-                        QueryItem::new(["Counted"], [own.as_str()]),
-                        QueryItem::new(Vec::<String>::new(), [format!("elsewhere:{i}")]),
-                    ]))
-                    .after(last_seen)
-                    .fail_if_exists(Query::for_tags([format!("never:{i}")]));
-                    let r = store
-                        .append(vec![Event::new("Counted", [own.clone(), "shared".into()], (n as u32).to_le_bytes().to_vec())], Some(guard))
-                        .unwrap_or_else(|e| panic!("thread {i} append {n}: {e}"));
-                    last_seen = r.last;
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
+    race(&store, THREADS, |store, i| {
+        let own = format!("own:{i}");
+        let mut last_seen = Position::ZERO;
+        for n in 0..APPENDS {
+            // The boundary guards this thread's tag since its own last event; the existence
+            // guard a tag no one writes. Neither truly conflicts.
+            let guard = AppendCondition::new(Query::of([
+                QueryItem::new(["Counted"], [own.as_str()]),
+                QueryItem::new(Vec::<String>::new(), [format!("elsewhere:{i}")]),
+            ]))
+            .after(last_seen)
+            .fail_if_exists(Query::for_tags([format!("never:{i}")]));
+            let r = store
+                .append(vec![Event::new("Counted", [own.clone(), "shared".into()], (n as u32).to_le_bytes().to_vec())], Some(guard))
+                .unwrap_or_else(|e| panic!("thread {i} append {n}: {e}"));
+            last_seen = r.last;
+        }
+    });
     assert_eq!(store.head().unwrap().get(), (THREADS * APPENDS) as u64);
     // Some groups held several of these requests, so the staged-events check really ran.
     assert!(store.group_commits() < (THREADS * APPENDS) as u64, "{} groups", store.group_commits());
@@ -136,29 +132,23 @@ fn positions_are_dense_unique_and_hold_what_was_appended() {
     const APPENDS: usize = 30;
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (store, barrier) = (store.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                let mut mine = Vec::new();
-                for n in 0..APPENDS {
-                    let count = 1 + (t + n) % 3;
-                    let events: Vec<Event> = (0..count)
-                        .map(|k| Event::new("E", [format!("t:{t}")], format!("{t}/{n}/{k}").into_bytes()))
-                        .collect();
-                    let r = store.append(events, None).unwrap();
-                    assert_eq!(r.last.get() - r.first.get() + 1, count as u64);
-                    mine.push((r.first.get(), r.last.get(), t, n));
-                }
-                // One thread's appends land in the order it made them.
-                assert!(mine.windows(2).all(|w| w[0].1 < w[1].0));
-                mine
-            })
-        })
-        .collect();
-    let mut ranges: Vec<(u64, u64, usize, usize)> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let mut ranges: Vec<(u64, u64, usize, usize)> = race(&store, THREADS, |store, t| {
+        let mut mine = Vec::new();
+        for n in 0..APPENDS {
+            let count = 1 + (t + n) % 3;
+            let events: Vec<Event> =
+                (0..count).map(|k| Event::new("E", [format!("t:{t}")], format!("{t}/{n}/{k}").into_bytes())).collect();
+            let r = store.append(events, None).unwrap();
+            assert_eq!(r.last.get() - r.first.get() + 1, count as u64);
+            mine.push((r.first.get(), r.last.get(), t, n));
+        }
+        // One thread's appends land in the order it made them.
+        assert!(mine.windows(2).all(|w| w[0].1 < w[1].0));
+        mine
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     ranges.sort();
     let mut next = 1;
     for &(first, last, _, _) in &ranges {
@@ -186,33 +176,27 @@ fn read_decide_append_loops_lose_no_update() {
     const COUNTERS: usize = 3;
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (store, barrier) = (store.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                let mut conflicts = 0;
-                for n in 0..INCREMENTS {
-                    let counter = format!("counter:{}", (t + n) % COUNTERS);
-                    let query = Query::for_tags([counter.as_str()]);
-                    loop {
-                        let read = store.read(&query, ReadOptions::default()).unwrap();
-                        let seen = read.head();
-                        let value = read.count() as u64;
-                        let event = Event::new("Incremented", [counter.as_str()], (value + 1).to_le_bytes().to_vec());
-                        match store.append(vec![event], Some(AppendCondition::new(query.clone()).after(seen))) {
-                            Ok(_) => break,
-                            Err(e) if e.kind() == ErrorKind::Conflict => conflicts += 1,
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
+    let conflicts: usize = race(&store, THREADS, |store, t| {
+        let mut conflicts = 0;
+        for n in 0..INCREMENTS {
+            let counter = format!("counter:{}", (t + n) % COUNTERS);
+            let query = Query::for_tags([counter.as_str()]);
+            loop {
+                let read = store.read(&query, ReadOptions::default()).unwrap();
+                let seen = read.head();
+                let value = read.count() as u64;
+                let event = Event::new("Incremented", [counter.as_str()], (value + 1).to_le_bytes().to_vec());
+                match store.append(vec![event], Some(AppendCondition::new(query.clone()).after(seen))) {
+                    Ok(_) => break,
+                    Err(e) if e.kind() == ErrorKind::Conflict => conflicts += 1,
+                    Err(e) => panic!("{e}"),
                 }
-                conflicts
-            })
-        })
-        .collect();
-    let conflicts: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+            }
+        }
+        conflicts
+    })
+    .into_iter()
+    .sum();
     let mut total = 0;
     for c in 0..COUNTERS {
         let events = store.read(&Query::for_tags([format!("counter:{c}")]), ReadOptions::default()).unwrap().collect_all().unwrap();
@@ -234,21 +218,11 @@ fn concurrent_fsync_appends_share_group_commits() {
     assert_eq!(store.group_commits(), 0);
     store.append(vec![Event::new("Alone", ["a"], vec![])], None).unwrap();
     assert_eq!(store.group_commits(), 1, "one append alone is one group");
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (store, barrier) = (store.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                for n in 0..APPENDS {
-                    store.append(vec![Event::new("E", [format!("t:{t}")], vec![n as u8])], None).unwrap();
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
+    race(&store, THREADS, |store, t| {
+        for n in 0..APPENDS {
+            store.append(vec![Event::new("E", [format!("t:{t}")], vec![n as u8])], None).unwrap();
+        }
+    });
     let appends = (THREADS * APPENDS) as u64;
     let groups = store.group_commits() - 1;
     assert_eq!(store.head().unwrap().get(), appends + 1);
