@@ -25,7 +25,7 @@ use crate::log::segment::{MappedSegment, check_header};
 use crate::open::{index_scanned, list_segments, load_sealed};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
-use crate::store::RecoveryReport;
+use crate::open::RecoveryReport;
 
 /// How often a follower looks for new commits: a new batch is visible within about this long.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(5);

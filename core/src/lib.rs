@@ -10,6 +10,7 @@
 //! `read` (snapshots and bounded reads), `subscribe` (catch-up and live as one loop), and
 //! [`Store`], the front door.
 
+mod append;
 mod error;
 mod index;
 mod event;
@@ -19,6 +20,7 @@ mod follow;
 #[doc(hidden)]
 pub mod fuzzing;
 mod open;
+mod options;
 pub mod log;
 mod position;
 mod query;
@@ -33,9 +35,11 @@ pub use event::{Event, EventView, MAX_TAG_BYTES, MAX_TAGS, MAX_TYPE_BYTES, Seque
 pub use position::Position;
 pub use query::{Query, QueryItem};
 pub use read::{ReadOptions, ReadResult};
-pub use store::{
-    AppendCondition, AppendResult, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_SIZE, Durability,
-    MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE, Options, RecoveryReport, Store,
+pub use append::{AppendCondition, AppendResult};
+pub use open::RecoveryReport;
+pub use options::{
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_SIZE, Durability, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE, Options,
 };
+pub use store::Store;
 pub use subscribe::{Next, Subscription};
 pub use writer::reply::PendingAppend;

@@ -22,7 +22,24 @@ use crate::log::recovery::{ScanPoint, Tail, scan_records};
 use crate::log::segment::{ActiveSegment, MappedSegment, check_header, create_segment, sync_dir};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
-use crate::store::{Options, RecoveryReport};
+use crate::log::recovery::TornTail;
+use crate::options::Options;
+
+/// What opening found at the end of the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub head: Position,
+    /// A torn or unfinished write that was cut back (never an acknowledged batch).
+    pub torn_tail: Option<TornTail>,
+    /// A segment file whose creation was interrupted before any record went into it, and
+    /// which was therefore made again.
+    pub recreated_segment: Option<PathBuf>,
+    /// Index files that were missing, damaged or mismatched and were rebuilt from their log.
+    pub rebuilt_indexes: Vec<PathBuf>,
+    /// Log bytes read at open: the active segment, plus any segment whose index was rebuilt.
+    pub scanned_log_bytes: u64,
+}
 
 const LOCK_FILE: &str = "LOCK";
 

@@ -19,7 +19,8 @@ use crate::log::segment::{ActiveSegment, MappedSegment, create_segment};
 use crate::position::Position;
 use crate::query::{Query, QueryItem};
 use crate::read::{Published, SegmentEntry};
-use crate::store::{AppendCondition, AppendResult, Durability};
+use crate::append::{AppendCondition, AppendResult};
+use crate::options::Durability;
 use reply::Reply;
 
 /// Most requests one group takes from the queue; bounds the latency of the first of them.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crate::error::{Error, Result};
-use crate::store::AppendResult;
+use crate::append::AppendResult;
 
 #[derive(Default)]
 struct SlotState {

@@ -1,0 +1,75 @@
+//! The options a store is opened with, and their limits. A value type that every layer below the
+//! front door reads (the writer, the opener), so it lives apart from `store.rs`.
+
+use crate::error::{Error, Result};
+
+/// Whether an append returns only once its batch is on disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// One fsync per group commit before any of its appends returns. The default.
+    #[default]
+    Fsync,
+    /// Written to the OS, not forced: for tests and throwaway data.
+    Buffered,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fsync" => Ok(Durability::Fsync),
+            "buffered" => Ok(Durability::Buffered),
+            other => Err(Error::invalid(format!(
+                "durability is {other:?}; it must be \"fsync\" or \"buffered\""
+            ))),
+        }
+    }
+}
+
+pub const DEFAULT_SEGMENT_SIZE: u64 = 256 << 20;
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 << 20;
+/// Smallest segment accepted: room for a header and a few small batches.
+pub const MIN_SEGMENT_SIZE: u64 = 4096;
+/// Largest segment accepted: relative positions and tag occurrences inside one segment are
+/// 32-bit, and a 64 GiB segment holds fewer than 2^32 of the smallest events.
+pub const MAX_SEGMENT_SIZE: u64 = 64 << 30;
+/// Appends queued beyond this make callers wait (backpressure).
+pub(crate) const QUEUE_DEPTH: usize = 16 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub durability: Durability,
+    /// Size of each segment file, preallocated. Applies to segments created from now on.
+    pub segment_size: u64,
+    pub max_event_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Fsync,
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.segment_size < MIN_SEGMENT_SIZE || self.segment_size > MAX_SEGMENT_SIZE {
+            return Err(Error::invalid(format!(
+                "segment_size is {}; it must be between {MIN_SEGMENT_SIZE} and {MAX_SEGMENT_SIZE}",
+                self.segment_size
+            )));
+        }
+        if self.max_event_bytes as u64 > u32::MAX as u64 {
+            return Err(Error::invalid(format!(
+                "max_event_bytes is {}; the limit is {}",
+                self.max_event_bytes,
+                u32::MAX
+            )));
+        }
+        Ok(())
+    }
+}
