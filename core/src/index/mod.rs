@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use file::IndexFile;
-use postings::{Chain, Postings};
+use postings::Postings;
 use tail::TailIndex;
 
 /// How the planner may answer; anything but `Auto` is for differential tests.
@@ -67,19 +67,11 @@ impl SegmentIndex {
         }
     }
 
-    /// Postings of `tag` covering at least `lo..=hi` (None: no event of the segment has it).
-    pub fn postings(&self, tag: &str, lo: u32, hi: u32) -> Result<Option<Postings>> {
+    /// Postings of `tag` (None: no event of the segment has it).
+    pub fn postings(&self, tag: &str) -> Result<Option<Postings>> {
         match self {
-            SegmentIndex::Tail(tail) => {
-                let newest = tail.newest_occurrence(tag);
-                Ok((newest != 0).then(|| Postings::Chain(Chain::new(tail.clone(), newest, tail.tag_count(tag), lo, hi))))
-            }
+            SegmentIndex::Tail(tail) => Ok(tail.postings(tag).map(Postings::List)),
             SegmentIndex::Sealed(file) => file.postings(tag),
         }
-    }
-
-    /// Whether postings are cheap to take whole (a mapped file) or cost a walk (the tail).
-    pub fn is_tail(&self) -> bool {
-        matches!(self, SegmentIndex::Tail(_))
     }
 }

@@ -24,9 +24,6 @@ use crate::query::{Query, QueryItem};
 
 /// A window this many times narrower than the shortest posting list is scanned instead.
 pub const SCAN_RATIO: u64 = 16;
-/// In the tail, a tag this many times more frequent than the driving one is checked on the
-/// decoded event instead of by walking its whole chain.
-const PROBE_RATIO: u32 = 64;
 
 /// One segment's bytes and index, as a plan reads them.
 pub(crate) struct SegmentAccess<'a> {
@@ -86,8 +83,6 @@ enum ItemPlan {
     Postings {
         driver: Postings,
         others: Vec<Postings>,
-        /// Tags checked on the decoded event (frequent tail tags).
-        probe: Vec<String>,
         /// None: any type.
         type_ids: Option<Vec<u32>>,
     },
@@ -202,13 +197,9 @@ fn accepts(plan: &ItemPlan, segment: &SegmentAccess<'_>, rel: u32) -> Result<boo
         ItemPlan::Never => false,
         ItemPlan::Every => true,
         ItemPlan::TypeColumn { type_ids } => type_ids.contains(&segment.index.type_at(rel)),
-        ItemPlan::Postings { others, probe, type_ids, .. } => {
+        ItemPlan::Postings { others, type_ids, .. } => {
             type_ids.as_ref().is_none_or(|ids| ids.contains(&segment.index.type_at(rel)))
                 && others.iter().all(|p| p.contains(rel))
-                && (probe.is_empty() || {
-                    let event = segment.event(rel)?;
-                    probe.iter().all(|tag| event.has_tag(tag))
-                })
         }
         ItemPlan::Scan(item) => item.matches(&segment.event(rel)?),
     })
@@ -237,18 +228,13 @@ fn plan_item(segment: &SegmentAccess<'_>, item: &QueryItem, lo: u32, hi: u32, pl
     if planner == Planner::Auto && width * SCAN_RATIO <= shortest as u64 {
         return Ok(ItemPlan::Scan(item.clone()));
     }
-    let Some(driver) = index.postings(counted[0].1, lo, hi)? else { return Ok(ItemPlan::Never) };
+    let Some(driver) = index.postings(counted[0].1)? else { return Ok(ItemPlan::Never) };
     let mut others = Vec::new();
-    let mut probe = Vec::new();
-    for &(count, tag) in &counted[1..] {
-        if index.is_tail() && planner == Planner::Auto && count > shortest.saturating_mul(PROBE_RATIO) {
-            probe.push(tag.clone());
-            continue;
-        }
-        match index.postings(tag, lo, hi)? {
+    for &(_, tag) in &counted[1..] {
+        match index.postings(tag)? {
             Some(postings) => others.push(postings),
             None => return Ok(ItemPlan::Never),
         }
     }
-    Ok(ItemPlan::Postings { driver, others, probe, type_ids })
+    Ok(ItemPlan::Postings { driver, others, type_ids })
 }

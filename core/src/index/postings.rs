@@ -1,73 +1,13 @@
 //! Posting lists as the planner sees them, whatever tier they were stored in: a sorted list of
-//! relative positions (decoded varints, a mapped u32 array, or a tail chain read into memory) or
+//! relative positions (decoded varints, a mapped u32 array, or a tail index's in-memory array) or
 //! a bitmap over the segment's events. Each owns what backs it, so a read can keep one across
-//! calls without borrowing from the segment.
+//! calls without borrowing from the segment. Every lookup is a binary search (or a bitmap probe),
+//! so walking k postings costs O(k log k) in either direction.
 
-use std::cell::RefCell;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use memmap2::Mmap;
-
-use crate::index::tail::TailIndex;
-
-/// A tail tag's chain, read newest-first only as far as the walk needs: "the newest event at or
-/// below a bound" reads one or a few occurrences, however many the tag has.
-pub struct Chain {
-    tail: Arc<TailIndex>,
-    count: u32,
-    lo: u32,
-    hi: u32,
-    read: RefCell<ChainRead>,
-}
-
-struct ChainRead {
-    /// The next (older) occurrence to read, + 1; 0 when the chain is read down to `lo`.
-    next: u32,
-    /// Relative positions read so far inside `lo..=hi`, newest first.
-    newest_first: Vec<u32>,
-}
-
-impl Chain {
-    pub fn new(tail: Arc<TailIndex>, newest: u32, count: u32, lo: u32, hi: u32) -> Chain {
-        Chain { tail, count, lo, hi, read: RefCell::new(ChainRead { next: newest, newest_first: Vec::new() }) }
-    }
-
-    /// Reads older occurrences until one below `rel` was seen (or the chain ends at `lo`).
-    fn read_down_to(&self, rel: u32) {
-        let mut read = self.read.borrow_mut();
-        while read.next != 0 && read.newest_first.last().is_none_or(|&oldest| oldest >= rel) {
-            let (position, previous) = self.tail.occurrence(read.next);
-            if position < self.lo {
-                read.next = 0;
-                break;
-            }
-            if position <= self.hi {
-                read.newest_first.push(position);
-            }
-            read.next = previous;
-        }
-    }
-
-    fn contains(&self, rel: u32) -> bool {
-        self.read_down_to(rel);
-        self.read.borrow().newest_first.iter().any(|&r| r == rel)
-    }
-
-    fn first_in(&self, from: u32, to: u32) -> Option<u32> {
-        self.read_down_to(from);
-        self.read.borrow().newest_first.iter().rev().copied().find(|&r| r >= from && r <= to)
-    }
-
-    fn last_in(&self, from: u32, to: u32) -> Option<u32> {
-        self.read_down_to(to);
-        // The chain is read down past `to`; keep reading only if nothing at or below `to` yet.
-        if let Some(r) = self.read.borrow().newest_first.iter().copied().find(|&r| r <= to) {
-            return (r >= from).then_some(r);
-        }
-        self.read_down_to(from);
-        self.read.borrow().newest_first.iter().copied().find(|&r| r <= to && r >= from)
-    }
-}
 
 /// Sorted, ascending relative positions.
 #[derive(Clone)]
@@ -75,13 +15,16 @@ pub enum SortedList {
     Owned(Arc<[u32]>),
     /// `len` little-endian u32s at `at` in a mapped index file.
     Mapped { map: Arc<Mmap>, at: usize, len: usize },
+    /// The first `len` slots of a tail index's array (the writer fills slots before it
+    /// publishes the count that covers them, and never changes a filled slot).
+    Atomic { list: Arc<Box<[AtomicU32]>>, len: usize },
 }
 
 impl SortedList {
     pub fn len(&self) -> usize {
         match self {
             SortedList::Owned(list) => list.len(),
-            SortedList::Mapped { len, .. } => *len,
+            SortedList::Mapped { len, .. } | SortedList::Atomic { len, .. } => *len,
         }
     }
 
@@ -92,6 +35,7 @@ impl SortedList {
                 let at = at + 4 * i;
                 u32::from_le_bytes(map[at..at + 4].try_into().unwrap())
             }
+            SortedList::Atomic { list, .. } => list[i].load(Ordering::Relaxed),
         }
     }
 
@@ -112,7 +56,6 @@ impl SortedList {
 
 pub enum Postings {
     List(SortedList),
-    Chain(Chain),
     /// Bit `i` (LSB-first within each byte) set when relative position `i` carries the tag.
     Bitmap { map: Arc<Mmap>, at: usize, bytes: usize, count: u32 },
 }
@@ -121,14 +64,12 @@ impl Postings {
     pub fn count(&self) -> usize {
         match self {
             Postings::List(list) => list.len(),
-            Postings::Chain(chain) => chain.count as usize,
             Postings::Bitmap { count, .. } => *count as usize,
         }
     }
 
     pub fn contains(&self, rel: u32) -> bool {
         match self {
-            Postings::Chain(chain) => chain.contains(rel),
             Postings::List(list) => {
                 let i = list.lower_bound(rel);
                 i < list.len() && list.get(i) == rel
@@ -146,7 +87,6 @@ impl Postings {
             return None;
         }
         match self {
-            Postings::Chain(chain) => chain.first_in(from, to),
             Postings::List(list) => {
                 let i = list.lower_bound(from);
                 (i < list.len()).then(|| list.get(i)).filter(|&rel| rel <= to)
@@ -177,7 +117,6 @@ impl Postings {
             return None;
         }
         match self {
-            Postings::Chain(chain) => chain.last_in(from, to),
             Postings::List(list) => {
                 let i = list.lower_bound(to.saturating_add(1));
                 let upper = if to == u32::MAX { list.len() } else { i };

@@ -2,31 +2,43 @@
 //! just-sealed one until its file is built. Filled by the writer as batches commit, read by
 //! anyone without locks up to the published head.
 //!
-//! Tag postings are chains: every occurrence of a tag records the previous occurrence of the same
-//! tag, and each tag keeps its latest occurrence. The newest event of an entity is therefore one
-//! map lookup away, and a window is read by walking back from the newest occurrence.
+//! Each tag keeps its occurrences as a sorted array of relative positions (positions only grow,
+//! so appending keeps it sorted): a read seeks it by binary search in either direction, so
+//! reading k events of a tag costs O(k log k) however the walk moves, and the newest event of a
+//! tag is the array's last slot. The first occurrence is kept inline, since most tags (an
+//! entity's id) occur once or a few times per segment; the array is allocated at the second and
+//! grows by doubling. Readers load the count (`Acquire`) and then the array, which the writer
+//! swapped in before storing that count (`Release`), so every slot below the count is there.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use arc_swap::ArcSwapOption;
 
 use crate::event::EventView;
 use crate::index::chunked::{ChunkedU32, ChunkedU64};
+use crate::index::postings::SortedList;
 
-struct TagChain {
-    /// Latest occurrence + 1 (0: none yet). Stored with `Release` after the occurrence's slots.
-    last: AtomicU32,
-    /// Occurrences so far (may run ahead of the published head; used only for planning).
+/// The relative positions of one tag's events in the segment, ascending.
+struct TagPostings {
+    /// How many events carry the tag; stored (`Release`) after the slot it covers.
     count: AtomicU32,
+    /// The first occurrence.
+    first: u32,
+    /// Every occurrence, once there are two or more; grown by doubling (copied into a new array
+    /// that readers pick up on their next load; an old one stays valid for whoever holds it).
+    all: ArcSwapOption<Box<[AtomicU32]>>,
 }
+
+/// Smallest array a tag gets at its second occurrence.
+const FIRST_ARRAY_SLOTS: usize = 4;
 
 pub struct TailIndex {
     offsets: ChunkedU64,
     types: ChunkedU32,
     type_ids: papaya::HashMap<Box<str>, u32>,
     next_type_id: AtomicU32,
-    tags: papaya::HashMap<Box<str>, TagChain>,
-    occurrence_position: ChunkedU32,
-    occurrence_previous: ChunkedU32,
-    next_occurrence: AtomicU32,
+    tags: papaya::HashMap<Box<str>, TagPostings>,
 }
 
 impl TailIndex {
@@ -37,9 +49,6 @@ impl TailIndex {
             type_ids: papaya::HashMap::new(),
             next_type_id: AtomicU32::new(0),
             tags: papaya::HashMap::new(),
-            occurrence_position: ChunkedU32::new(),
-            occurrence_previous: ChunkedU32::new(),
-            next_occurrence: AtomicU32::new(0),
         }
     }
 
@@ -59,15 +68,15 @@ impl TailIndex {
         self.types.set(rel as usize, type_id);
         let tags = self.tags.pin();
         for tag in event.tags() {
-            let occurrence = self.next_occurrence.fetch_add(1, Ordering::Relaxed);
-            self.occurrence_position.set(occurrence as usize, rel);
-            let chain = match tags.get(tag) {
-                Some(chain) => chain,
-                None => tags.get_or_insert(tag.into(), TagChain { last: AtomicU32::new(0), count: AtomicU32::new(0) }),
-            };
-            self.occurrence_previous.set(occurrence as usize, chain.last.load(Ordering::Relaxed));
-            chain.count.fetch_add(1, Ordering::Relaxed);
-            chain.last.store(occurrence + 1, Ordering::Release);
+            match tags.get(tag) {
+                Some(postings) => postings.push(rel),
+                None => {
+                    tags.insert(
+                        tag.into(),
+                        TagPostings { count: AtomicU32::new(1), first: rel, all: ArcSwapOption::empty() },
+                    );
+                }
+            }
         }
     }
 
@@ -85,17 +94,86 @@ impl TailIndex {
 
     /// How many events carry `tag` (an upper bound for the published part).
     pub fn tag_count(&self, tag: &str) -> u32 {
-        self.tags.pin().get(tag).map_or(0, |chain| chain.count.load(Ordering::Relaxed))
+        self.tags.pin().get(tag).map_or(0, |postings| postings.count.load(Ordering::Acquire))
     }
 
-    /// The newest occurrence of `tag` (occurrence index + 1; 0: the tag never occurred).
-    pub fn newest_occurrence(&self, tag: &str) -> u32 {
-        self.tags.pin().get(tag).map_or(0, |chain| chain.last.load(Ordering::Acquire))
+    /// The positions of `tag`'s events indexed so far, ascending (None: the tag never occurred).
+    /// May reach past a reader's snapshot head; walks bound themselves by their window.
+    pub fn postings(&self, tag: &str) -> Option<SortedList> {
+        let tags = self.tags.pin();
+        let postings = tags.get(tag)?;
+        let count = postings.count.load(Ordering::Acquire) as usize;
+        if count == 1 {
+            return Some(SortedList::Owned(Arc::from([postings.first])));
+        }
+        let all = postings.all.load_full().expect("a tag seen twice has its array");
+        Some(SortedList::Atomic { list: all, len: count })
+    }
+}
+
+impl TagPostings {
+    /// Writer only: `rel` is above every position already in the list.
+    fn push(&self, rel: u32) {
+        let count = self.count.load(Ordering::Relaxed) as usize;
+        let current = self.all.load();
+        match current.as_deref() {
+            Some(all) if count < all.len() => all[count].store(rel, Ordering::Relaxed),
+            _ => {
+                let slots = (count * 2).max(FIRST_ARRAY_SLOTS);
+                let grown: Box<[AtomicU32]> = (0..slots)
+                    .map(|i| {
+                        AtomicU32::new(match (i, current.as_deref()) {
+                            (i, Some(all)) if i < count => all[i].load(Ordering::Relaxed),
+                            (0, None) => self.first,
+                            (i, _) if i == count => rel,
+                            _ => 0,
+                        })
+                    })
+                    .collect();
+                self.all.store(Some(Arc::new(grown)));
+            }
+        }
+        self.count.store(count as u32 + 1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Event, encode_payload, validate_event};
+    use crate::position::Position;
+
+    fn add(index: &TailIndex, rel: u32, tags: &[String]) {
+        let event = Event::new("T", tags.to_vec(), vec![]);
+        let order = validate_event(0, &event, 1 << 20).unwrap();
+        let mut payload = Vec::new();
+        encode_payload(&event, &order, &mut payload);
+        index.add(rel, rel as u64 * 100, &EventView::decode(Position(rel as u64 + 1), &payload).unwrap());
     }
 
-    /// The relative position of occurrence `next - 1`, and the occurrence before it (+ 1).
-    pub fn occurrence(&self, next: u32) -> (u32, u32) {
-        let occurrence = (next - 1) as usize;
-        (self.occurrence_position.get(occurrence), self.occurrence_previous.get(occurrence))
+    /// Many tags per event and tags of every frequency: each tag's list is exactly its events,
+    /// ascending, whatever the growth steps (there is no store-wide occurrence counter to wrap).
+    #[test]
+    fn every_tag_lists_exactly_its_events() {
+        let index = TailIndex::new();
+        let tag_names: Vec<String> = (0..300).map(|t| format!("t{t}")).collect();
+        for rel in 0..2000u32 {
+            let tags: Vec<String> =
+                tag_names.iter().enumerate().filter(|(t, _)| rel as usize % (t + 1) == 0).map(|(_, n)| n.clone()).take(255).collect();
+            add(&index, rel, &tags);
+        }
+        for (t, name) in tag_names.iter().enumerate() {
+            let expected: Vec<u32> = (0..2000u32)
+                .filter(|rel| {
+                    *rel as usize % (t + 1) == 0
+                        && (0..=t).filter(|u| *rel as usize % (u + 1) == 0).count() <= 255
+                })
+                .collect();
+            let list = index.postings(name).unwrap();
+            let got: Vec<u32> = (0..list.len()).map(|i| list.get(i)).collect();
+            assert_eq!(got, expected, "tag {name}");
+            assert_eq!(index.tag_count(name) as usize, expected.len());
+        }
+        assert!(index.postings("missing").is_none());
     }
 }
