@@ -25,6 +25,9 @@ pub const MAX_TAG_BYTES: usize = 1024;
 pub const MAX_TAGS: usize = 255;
 pub(crate) const RECORD_KIND_EVENT: u8 = 1;
 pub(crate) const EVENT_FIXED_BYTES: usize = 11;
+/// Most bytes an event's record payload holds besides its data: the fixed fields, the largest
+/// type, and the most tags at their largest.
+pub(crate) const MAX_EVENT_OVERHEAD: usize = EVENT_FIXED_BYTES + MAX_TYPE_BYTES + MAX_TAGS * (2 + MAX_TAG_BYTES);
 pub(crate) const RECORDED_AT_OFFSET: usize = 1;
 
 /// An event to append: a type, a set of tags, and opaque data.

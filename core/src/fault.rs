@@ -6,7 +6,7 @@
 //! arm faults from the `LAPILLI_FAULT` environment variable (`point:action[:skip]`, actions
 //! `abort`, `eio`, `enospc`).
 //!
-//! Points: `commit.before_write`, `commit.torn_marker` (writes the group but the last bytes of
+//! Points: `commit.before_write`, `close.fsync` (the final fsync of `close`), `commit.torn_marker` (writes the group but the last bytes of
 //! its final commit marker, then aborts), `commit.short_write` (writes half the group, then
 //! fails), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
 //! `segment.before_header`, `index.before_rename`.

@@ -19,7 +19,9 @@ use crate::index::seal;
 use crate::index::tail::TailIndex;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, parse_segment_file_name};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
-use crate::log::segment::{ActiveSegment, MappedSegment, check_header, create_segment, sync_dir};
+use crate::log::segment::{
+    ActiveSegment, MappedSegment, check_header, create_segment, drop_cached_pages, grow_empty_segment, sync_dir,
+};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::log::recovery::TornTail;
@@ -192,6 +194,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))
     };
     let mut file = open(&path)?;
+    drop_cached_pages(&file);
     let mut log = MappedSegment::map(&path, &file)?;
     let header_crc = match check_header(log.bytes(), base, &path) {
         Ok(crc) => crc,
@@ -225,6 +228,12 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     for (path, bytes) in rebuilt {
         index_file::write(&path, &bytes)?;
         report.rebuilt_indexes.push(path);
+    }
+    if scan.event_offsets.is_empty() && (log.bytes().len() as u64) < options.segment_size {
+        // An empty active segment from an open with a smaller `segment_size` takes the new size
+        // (it cannot roll over: the next segment would have its base, that is, its name).
+        grow_empty_segment(&file, &path, options.segment_size)?;
+        log = MappedSegment::map(&path, &file)?;
     }
     let tail = Arc::new(TailIndex::new());
     index_scanned(&tail, log.bytes(), base, 0, &scan.event_offsets)?;

@@ -29,6 +29,9 @@ impl std::str::FromStr for Durability {
 
 pub const DEFAULT_SEGMENT_SIZE: u64 = 256 << 20;
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 << 20;
+/// Largest `max_event_bytes` accepted: an event's record length (its data plus the largest
+/// possible type and tags) must fit the frame's 32-bit length field.
+pub const MAX_EVENT_BYTES_LIMIT: usize = u32::MAX as usize - crate::event::MAX_EVENT_OVERHEAD;
 /// Smallest segment accepted: room for a header and a few small batches.
 pub const MIN_SEGMENT_SIZE: u64 = 4096;
 /// Largest segment accepted: relative positions and tag occurrences inside one segment are
@@ -63,11 +66,10 @@ impl Options {
                 self.segment_size
             )));
         }
-        if self.max_event_bytes as u64 > u32::MAX as u64 {
+        if self.max_event_bytes > MAX_EVENT_BYTES_LIMIT {
             return Err(Error::invalid(format!(
-                "max_event_bytes is {}; the limit is {}",
-                self.max_event_bytes,
-                u32::MAX
+                "max_event_bytes is {}; the limit is {MAX_EVENT_BYTES_LIMIT}",
+                self.max_event_bytes
             )));
         }
         Ok(())

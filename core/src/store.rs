@@ -56,7 +56,7 @@ pub struct Store {
 
 enum Threads {
     /// The writer, and the sealer it feeds.
-    Writer { writer: JoinHandle<()>, sealer: JoinHandle<()> },
+    Writer { writer: JoinHandle<Result<()>>, sealer: JoinHandle<()> },
     /// A read-only handle's poll thread.
     Follower(JoinHandle<()>),
 }
@@ -75,6 +75,12 @@ impl Store {
         let recovery = recovered.report;
         let head = recovery.head.get();
         published.publish_head(head);
+        // Commit times never go backwards, also when the active segment holds no event yet and
+        // the newest event lies in a sealed segment.
+        let last_recorded_at = match recovered.last_recorded_at {
+            0 if head > 0 => newest_recorded_at(&published)?,
+            at => at,
+        };
         let (to_sealer, sealer_queue) = std::sync::mpsc::channel();
         let sealer_published = published.clone();
         let sealer = std::thread::Builder::new()
@@ -91,7 +97,7 @@ impl Store {
             segment_size: options.segment_size,
             durability: options.durability,
             head,
-            last_recorded_at: recovered.last_recorded_at,
+            last_recorded_at,
             poisoned: None,
         };
         let (queue, incoming) = sync_channel(QUEUE_DEPTH);
@@ -289,10 +295,14 @@ impl Store {
 
     /// Answers every queued append, stops the writer, fsyncs, ends every subscription and
     /// releases the lock. Idempotent; also done on drop.
+    ///
+    /// A failure of the final fsync is returned (`Io`): with `buffered` durability that fsync is
+    /// the only one, so an error there means appends answered `Ok` may not be on disk.
     pub fn close(&self) -> Result<()> {
         let Some(threads) = self.threads.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return Ok(());
         };
+        let mut outcome = Ok(());
         self.published.closed.store(true, Ordering::Release);
         self.published.notifier.notify();
         match threads {
@@ -300,7 +310,7 @@ impl Store {
                 if let Some(queue) = &self.queue {
                     let _ = queue.send(Command::Shutdown);
                 }
-                let _ = writer.join();
+                outcome = writer.join().unwrap_or_else(|_| Err(Error::io("the writer thread panicked", &std::io::Error::other("panic"))));
                 // The writer dropped the sealer's queue: the sealer finishes what it has and stops.
                 let _ = sealer.join();
             }
@@ -316,7 +326,7 @@ impl Store {
             // SAFETY: plain syscall on a descriptor we own.
             unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&lock), libc::LOCK_UN) };
         }
-        Ok(())
+        outcome
     }
 }
 
@@ -324,6 +334,15 @@ impl Drop for Store {
     fn drop(&mut self) {
         let _ = self.close();
     }
+}
+
+/// The commit time of the newest event in the store (which has one).
+fn newest_recorded_at(published: &Published) -> Result<u64> {
+    let newest = ReadOptions { backwards: true, limit: Some(1), ..ReadOptions::default() };
+    let mut read = ReadResult::new(published.snapshot(), Query::all(), newest)?;
+    let mut at = 0;
+    read.visit(1, |event| at = event.recorded_at)?;
+    Ok(at)
 }
 
 /// An encoded request before it gets its reply slot.

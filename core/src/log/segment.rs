@@ -84,25 +84,47 @@ fn preallocate(file: &File, size: u64) -> io::Result<()> {
 /// file whose header is durable before any record is written into it.
 pub fn create_segment(dir: &Path, base: u64, size: u64) -> Result<(File, PathBuf)> {
     let path = dir.join(segment_file_name(base));
-    let result = (|| -> io::Result<File> {
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+    let cannot = |e: &io::Error| Error::io(format_args!("cannot create segment {}", path.display()), e);
+    // An existing file of that name is someone else's (a live segment, or one a crash left):
+    // fail without touching it. Only a file this call created is removed on failure.
+    let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(|e| cannot(&e))?;
+    let result = (|| -> io::Result<()> {
         crate::fault::io_point("segment.preallocate")?;
         preallocate(&file, size)?;
         crate::fault::crash_point("segment.before_header");
         file.write_all_at(&encode_header(base), 0)?;
-        file.sync_all()?;
-        Ok(file)
+        file.sync_all()
     })();
     match result {
-        Ok(file) => {
+        Ok(()) => {
             sync_dir(dir)?;
             Ok((file, path))
         }
         Err(e) => {
+            drop(file);
             let _ = fs::remove_file(&path);
-            Err(Error::io(format_args!("cannot create segment {}", path.display()), &e))
+            Err(cannot(&e))
         }
     }
+}
+
+/// Grows a segment that holds no record yet to `size` bytes (zero-filled and allocated), so an
+/// empty active segment left by an earlier open with a smaller `segment_size` takes the new
+/// size instead of being rolled over: a roll-over would have to create a segment with the
+/// same base, that is, the same file.
+pub fn grow_empty_segment(file: &File, path: &Path, size: u64) -> Result<()> {
+    preallocate(file, size)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| Error::io(format_args!("cannot grow segment {}", path.display()), &e))
+}
+
+/// Drops the page cache's copy of a file, so that what is read next comes from the disk. After a
+/// failed fsync the kernel may keep pages that never reached the disk, marked clean; a recovery
+/// that read them would serve (and chain new batches after) bytes the disk does not have. Dirty
+/// pages are not dropped (they are still to be written); only a hint, so failure is ignored.
+pub fn drop_cached_pages(file: &File) {
+    // SAFETY: plain syscall on a descriptor we own for the duration of the call.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
 }
 
 /// Checks a segment's header against the base its file name promises.
@@ -144,10 +166,12 @@ impl ActiveSegment {
         self.file.sync_data()
     }
 
-    /// Undoes a failed write: zeroes what may have reached the file so no later batch can adopt
-    /// those bytes (the chained CRC already rejects them; zeroes keep the tail clean to read).
-    pub fn rewind(&self, len: usize) -> io::Result<()> {
-        self.file.write_all_at(&vec![0u8; len], self.end)
+    /// Zeroes `len` bytes from the end of the committed batches: after a failed fsync, what was
+    /// written there is of unknown durability and was answered `Io`; zeroed, a reopen in this
+    /// boot does not serve it from the page cache (the disk may not have it) nor chain new
+    /// batches after it. Best effort: if this fails too, recovery still drops the cached pages.
+    pub fn forget_unsynced(&self, len: usize) {
+        let _ = self.file.write_all_at(&vec![0u8; len], self.end);
     }
 }
 

@@ -130,7 +130,8 @@ fn now_micros() -> u64 {
 }
 
 impl Writer {
-    pub fn run(mut self, queue: Receiver<Command>) {
+    /// Serves appends until shutdown; returns the final fsync's error, which `close` reports.
+    pub fn run(mut self, queue: Receiver<Command>) -> Result<()> {
         'serve: while let Ok(command) = queue.recv() {
             let Command::Append(first) = command else { break };
             let mut bytes = first.committed_len();
@@ -155,9 +156,12 @@ impl Writer {
             }
         }
         // Whatever is still queued is dropped here, answering `Closed`.
-        if self.poisoned.is_none() {
-            let _ = self.active.sync_data();
+        if self.poisoned.is_some() {
+            return Ok(());
         }
+        crate::fault::io_point("close.fsync").and_then(|_| self.active.sync_data()).map_err(|e| {
+            Error::io(format_args!("final fsync of {} failed", self.active.path.display()), &e)
+        })
     }
 
     fn commit_group(&mut self, group: Vec<AppendRequest>) {
@@ -278,18 +282,25 @@ impl Writer {
         }
         crate::fault::crash_point("commit.before_write");
         if let Err(e) = self.write_group(&staged.bytes) {
-            let err = Error::io(format_args!("cannot write to {}", self.active.path.display()), &e);
-            // Rewind: the next batch is written at the same offset. Zero what may have landed
-            // so the tail reads clean; if even that fails, stop writing until a reopen.
-            if self.active.rewind(staged.bytes.len()).is_err() {
-                self.poisoned = Some(err.clone());
-            }
+            // Poisoned, as after a failed fsync, rather than rewound: part of the group may have
+            // landed, and a follower may already have accepted the whole batches in that part;
+            // writing other batches over them would change what it has shown. A reopen recovers
+            // from what is really in the file.
+            let err = Error::io(
+                format_args!(
+                    "cannot write to {}; the store accepts no more appends until it is reopened",
+                    self.active.path.display()
+                ),
+                &e,
+            );
+            self.poisoned = Some(err.clone());
             fail_all(staged.answers, &err);
             return;
         }
         crate::fault::crash_point("commit.before_fsync");
         if self.durability == Durability::Fsync {
             if let Err(e) = crate::fault::io_point("commit.fsync").and_then(|_| self.active.sync_data()) {
+                self.active.forget_unsynced(staged.bytes.len());
                 self.fail_sync(&e, staged.answers);
                 return;
             }
@@ -351,6 +362,15 @@ impl Writer {
     fn roll_over(&mut self) -> Result<()> {
         if let Some(poison) = &self.poisoned {
             return Err(poison.clone());
+        }
+        if self.active.end == crate::log::segment::FIRST_RECORD_OFFSET {
+            // The next segment would have this one's base, that is, its file name. Open grows
+            // an empty active segment to `segment_size`, and every append fits a segment of
+            // that size, so this is a bug; refuse rather than touch the live file.
+            return Err(Error::io(
+                format_args!("the empty segment {} cannot roll over", self.active.path.display()),
+                &std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            ));
         }
         if let Err(e) = self.active.sync_data() {
             self.fail_sync(&e, Vec::new());
