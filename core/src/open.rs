@@ -172,6 +172,11 @@ pub(crate) fn index_scanned(tail: &TailIndex, log: &[u8], base: u64, first_rel: 
 /// scanned. A sealed segment whose index file is missing, damaged or mismatched is scanned and
 /// its index file rebuilt; if the scan finds damage, the store refuses to open.
 pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> Result<Recovered> {
+    // A segment prepared by an earlier writer but never installed: prepared anew when needed.
+    let prepared = dir.join(crate::log::prepare::PREPARED_FILE);
+    if prepared.exists() {
+        fs::remove_file(&prepared).map_err(|e| Error::io(format_args!("cannot remove {}", prepared.display()), &e))?;
+    }
     let mut segments = list_segments(dir)?;
     let mut report = RecoveryReport::default();
     if segments.is_empty() {

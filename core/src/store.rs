@@ -12,6 +12,7 @@ use crate::event::{Event, encode_payload, encoded_len, validate_event};
 use crate::follow::Follower;
 use crate::index::{Planner, seal};
 use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN};
+use crate::log::prepare::SegmentPreparer;
 use crate::append::{AppendCondition, AppendResult};
 use crate::open::{RecoveryReport, recover, take_lock};
 use crate::options::{Options, QUEUE_DEPTH};
@@ -89,12 +90,11 @@ impl Store {
             .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
         let writer = Writer {
             published: published.clone(),
-            dir: path.clone(),
             active: recovered.active,
             active_entry: recovered.entry,
             active_index: recovered.tail,
             sealer: to_sealer,
-            segment_size: options.segment_size,
+            next_segment: SegmentPreparer::start(&path, options.segment_size)?,
             durability: options.durability,
             head,
             last_recorded_at,

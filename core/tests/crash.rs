@@ -326,14 +326,34 @@ fn abort_with_a_torn_commit_marker() {
     verify(dir.path(), &acks);
 }
 
+/// Killed while creating the store's first segment, after allocating it and before its header
+/// is durable: the file is made again.
 #[test]
 fn abort_during_segment_creation() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    // Skip the store's first segment and one roll-over: die creating the third.
-    let acks = start_child(dir.path(), 0, Some("segment.before_header:abort:2")).wait_exit(Duration::from_secs(30));
+    let acks = start_child(dir.path(), 0, Some("segment.before_header:abort:0")).wait_exit(Duration::from_secs(30));
+    assert!(acks.is_empty());
     let store = Store::open(dir.path(), options()).unwrap();
     assert!(store.recovery().recreated_segment.is_some(), "{:?}", store.recovery());
+    store.close().unwrap();
+    verify(dir.path(), &acks);
+}
+
+/// Killed in a roll-over, before the prepared segment's header is written: no new segment
+/// exists (the prepared file has no segment's name until its header is durable), and the next
+/// open removes the prepared file.
+#[test]
+fn abort_during_roll_over() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // Skip the store's first segment and one roll-over: die in the second roll-over.
+    let acks = start_child(dir.path(), 0, Some("segment.before_header:abort:2")).wait_exit(Duration::from_secs(30));
+    let prepared = dir.path().join("next-segment.prepared");
+    assert!(prepared.exists(), "the child died holding a prepared segment");
+    let store = Store::open(dir.path(), options()).unwrap();
+    assert!(store.recovery().recreated_segment.is_none(), "{:?}", store.recovery());
+    assert!(!prepared.exists(), "open removes a leftover prepared segment");
     store.close().unwrap();
     verify(dir.path(), &acks);
 }

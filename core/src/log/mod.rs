@@ -5,5 +5,6 @@
 //! and the header decoder over arbitrary bytes.
 
 pub mod format;
+pub(crate) mod prepare;
 pub mod recovery;
 pub(crate) mod segment;

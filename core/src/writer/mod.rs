@@ -5,7 +5,6 @@
 pub(crate) mod reply;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -15,7 +14,8 @@ use crate::event::{EventView, RECORDED_AT_OFFSET};
 use crate::log::format::{FRAME_LEN, MARKER_RECORD_LEN, marker_payload, seal_frame};
 use crate::index::SegmentIndex;
 use crate::index::tail::TailIndex;
-use crate::log::segment::{ActiveSegment, MappedSegment, create_segment};
+use crate::log::prepare::{InstallError, SegmentPreparer};
+use crate::log::segment::{ActiveSegment, MappedSegment};
 use crate::position::Position;
 use crate::query::{Query, QueryItem};
 use crate::read::{Published, SegmentEntry};
@@ -109,14 +109,14 @@ struct Commit {
 
 pub(crate) struct Writer {
     pub published: Arc<Published>,
-    pub dir: PathBuf,
     pub active: ActiveSegment,
     /// The active segment as readers see it, and its in-memory index.
     pub active_entry: Arc<SegmentEntry>,
     pub active_index: Arc<TailIndex>,
     /// Where sealed segments go to have their index file built, off this thread.
     pub sealer: std::sync::mpsc::Sender<Arc<SegmentEntry>>,
-    pub segment_size: u64,
+    /// Prepares the next segment (of `segment_size`) while the active one fills.
+    pub next_segment: SegmentPreparer,
     pub durability: Durability,
     /// Last committed position.
     pub head: u64,
@@ -318,6 +318,10 @@ impl Writer {
         }
         self.active.end += staged.bytes.len() as u64;
         self.active.chain = staged.chain;
+        if self.active.end * 2 >= self.active.capacity {
+            // Half full: have the next segment ready (written and synced) before it is needed.
+            self.next_segment.request();
+        }
         self.head += staged.event_frames.len() as u64;
         self.last_recorded_at = recorded_at;
         self.published.publish_head(self.head);
@@ -377,7 +381,18 @@ impl Writer {
             return Err(self.poisoned.clone().expect("just poisoned"));
         }
         let base = self.head + 1;
-        let (file, path) = create_segment(&self.dir, base, self.segment_size)?;
+        let (file, path) = match self.next_segment.install(base) {
+            Ok(installed) => installed,
+            Err(InstallError::Retry(err)) => return Err(err),
+            Err(InstallError::Poison(err)) => {
+                let err = Error::new(
+                    err.kind(),
+                    format!("{}; the store accepts no more appends until it is reopened", err.message()),
+                );
+                self.poisoned = Some(err.clone());
+                return Err(err);
+            }
+        };
         let log = MappedSegment::map(&path, &file)?;
         let chain = crate::log::format::decode_header(log.bytes())?.crc;
         let index = Arc::new(TailIndex::new());
@@ -398,7 +413,7 @@ impl Writer {
             path,
             end: crate::log::segment::FIRST_RECORD_OFFSET,
             chain,
-            capacity: self.segment_size,
+            capacity: self.next_segment.size(),
         };
         Ok(())
     }
