@@ -21,6 +21,7 @@ use crate::query::Query;
 use crate::read::{Published, ReadOptions, ReadResult};
 use crate::subscribe::Subscription;
 use crate::writer::reply::PendingAppend;
+use crate::writer::condition::{PreChecked, pre_check};
 use crate::writer::{AppendRequest, Command, Writer};
 
 /// An open store: one directory, one global order of events.
@@ -166,6 +167,13 @@ impl Store {
         self.published.commit_groups.load(Ordering::Relaxed)
     }
 
+    /// Tag-dictionary lookups made so far in sealed segments' index files, for tests of what a
+    /// condition check touches.
+    #[doc(hidden)]
+    pub fn tag_lookups(&self) -> u64 {
+        self.published.snapshot().tag_lookups()
+    }
+
     /// Blocks until every sealed segment's index file is built and published, for tests.
     #[doc(hidden)]
     pub fn wait_for_sealing(&self) {
@@ -210,6 +218,7 @@ impl Store {
             encoded: parts.encoded,
             frame_starts: parts.frame_starts,
             condition: parts.condition,
+            checked: parts.checked,
             reply,
         };
         // A send after the writer stopped drops the request, whose reply answers `Closed`.
@@ -271,6 +280,12 @@ impl Store {
                 self.options.segment_size
             )));
         }
+        // Checked here, on the caller's thread, against the log as it is now: the writer then
+        // checks only what is committed after this (see `writer/condition.rs`).
+        let checked = match &condition {
+            Some(condition) => pre_check(&self.published.snapshot(), condition)?,
+            None => PreChecked::default(),
+        };
         let mut encoded = Vec::with_capacity(total - MARKER_RECORD_LEN);
         let mut frame_starts = Vec::with_capacity(events.len());
         for (event, order) in events.iter().zip(&orders) {
@@ -278,7 +293,7 @@ impl Store {
             encoded.extend_from_slice(&[0u8; FRAME_LEN]);
             encode_payload(event, order, &mut encoded);
         }
-        Ok(AppendRequestParts { encoded, frame_starts, condition })
+        Ok(AppendRequestParts { encoded, frame_starts, condition, checked })
     }
 
     /// Reads the events matching `query` in the window of `options` (`API.md`, "Read").
@@ -350,5 +365,6 @@ struct AppendRequestParts {
     encoded: Vec<u8>,
     frame_starts: Vec<usize>,
     condition: Option<AppendCondition>,
+    checked: PreChecked,
 }
 

@@ -202,3 +202,37 @@ fn max_event_bytes_is_bounded_by_the_frame_length() {
     let ok = Options { max_event_bytes: lapilli_core::MAX_EVENT_BYTES_LIMIT, ..Options::default() };
     Store::open(dir.path().join("s"), ok).unwrap().close().unwrap();
 }
+
+/// A condition with no `after`, or an existence clause, asks every sealed segment; a sealed
+/// segment's tag filter answers "not here" from memory instead of a tag-dictionary lookup in
+/// its (possibly cold) index file. The first check builds the filters of the segments it
+/// touches; after that, a tag found in no segment costs only the filters' false positives.
+#[test]
+fn conditions_rule_out_sealed_segments_without_their_tag_dictionaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), buffered(4096)).unwrap();
+    for i in 0..6000u32 {
+        let mut tags = vec![format!("entity:{i}")];
+        if i == 3000 {
+            tags.push("rare".into());
+        }
+        store.append(vec![Event::new("E", tags, vec![0u8; 40])], None).unwrap();
+    }
+    store.close().unwrap();
+    // Reopened: no filter is built yet (open reads no index body).
+    let store = Store::open(dir.path(), buffered(4096)).unwrap();
+    let sealed = store.recovery().segments as u64 - 1;
+    assert!(sealed >= 100, "{sealed} sealed segments");
+    let unique = AppendCondition::new(Query::for_tags(["nobody"])).fail_if_exists(Query::for_tags(["rare"]));
+    let err = store.append(vec![Event::new("E", ["x"], vec![])], Some(unique)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists);
+    assert_eq!(err.position(), Some(Position(3001)));
+
+    let before = store.tag_lookups();
+    let absent = AppendCondition::new(Query::for_tags(["absent"])).fail_if_exists(Query::for_tags(["also-absent"]));
+    store.append(vec![Event::new("E", ["y"], vec![])], Some(absent)).unwrap();
+    let lookups = store.tag_lookups() - before;
+    // Two clauses over every sealed segment: 2 x sealed lookups without filters.
+    assert!(lookups * 20 < 2 * sealed, "{lookups} tag-dictionary lookups for 2 x {sealed} segment checks");
+    store.close().unwrap();
+}

@@ -30,12 +30,14 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::event::EventView;
+use crate::index::filter::TagFilter;
 use crate::index::postings::{Postings, SortedList};
 use crate::log::format::FRAME_LEN;
 use crate::log::segment::sync_dir;
@@ -225,6 +227,10 @@ pub struct IndexFile {
     fst: fst::Map<MappedRange>,
     postings_at: usize,
     postings_end: usize,
+    /// Built on first use by a condition check (or by the sealer), then kept.
+    tag_filter: OnceLock<TagFilter>,
+    /// Tag-dictionary lookups made, for tests of what a check touches.
+    tag_lookups: AtomicU64,
 }
 
 fn field(bytes: &[u8], at: usize) -> u64 {
@@ -330,6 +336,8 @@ impl IndexFile {
             postings_at,
             postings_end: file_len,
             map,
+            tag_filter: OnceLock::new(),
+            tag_lookups: AtomicU64::new(0),
         })
     }
 
@@ -350,8 +358,35 @@ impl IndexFile {
         }
     }
 
+    /// Whether an event of this segment may carry `tag` (false: none does). With `build`, the
+    /// segment's tag filter is built if it is not yet (reading its whole tag dictionary once);
+    /// without, a segment whose filter is not built answers true.
+    pub fn may_contain_tag(&self, tag: &str, build: bool) -> bool {
+        let filter = if build { Some(self.tag_filter()) } else { self.tag_filter.get() };
+        filter.is_none_or(|filter| filter.may_contain(tag.as_bytes()))
+    }
+
+    /// The segment's tag filter, built from its tag dictionary on first use.
+    pub fn tag_filter(&self) -> &TagFilter {
+        self.tag_filter.get_or_init(|| {
+            use fst::Streamer;
+            let mut filter = TagFilter::with_capacity(self.fst.len());
+            let mut stream = self.fst.stream();
+            while let Some((tag, _)) = stream.next() {
+                filter.insert(tag);
+            }
+            filter
+        })
+    }
+
+    /// How many tag-dictionary lookups this index has answered.
+    pub fn tag_lookups(&self) -> u64 {
+        self.tag_lookups.load(Ordering::Relaxed)
+    }
+
     /// The postings of `tag`, or None if no event of this segment carries it.
     pub fn postings(&self, tag: &str) -> Result<Option<Postings>> {
+        self.tag_lookups.fetch_add(1, Ordering::Relaxed);
         let Some(value) = self.fst.get(tag) else { return Ok(None) };
         let payload = value & PAYLOAD_MASK;
         let bad = || Error::corruption(format!("index of segment {}: postings of {tag:?} are damaged", Position(self.base)));

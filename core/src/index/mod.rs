@@ -8,6 +8,7 @@
 
 pub(crate) mod chunked;
 pub(crate) mod file;
+pub(crate) mod filter;
 pub(crate) mod plan;
 pub(crate) mod postings;
 pub(crate) mod seal;

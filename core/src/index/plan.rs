@@ -113,6 +113,7 @@ impl SegmentWalk {
         hi: u32,
         backwards: bool,
         planner: Planner,
+        build_filters: bool,
     ) -> Result<SegmentWalk> {
         let start = if backwards { hi } else { lo };
         let plans = match query {
@@ -120,7 +121,7 @@ impl SegmentWalk {
             Query::Items(items) => {
                 let mut plans = Vec::with_capacity(items.len());
                 for item in items {
-                    plans.push(plan_item(segment, item, lo, hi, planner)?);
+                    plans.push(plan_item(segment, item, lo, hi, planner, build_filters)?);
                 }
                 plans
             }
@@ -205,11 +206,25 @@ fn accepts(plan: &ItemPlan, segment: &SegmentAccess<'_>, rel: u32) -> Result<boo
     })
 }
 
-fn plan_item(segment: &SegmentAccess<'_>, item: &QueryItem, lo: u32, hi: u32, planner: Planner) -> Result<ItemPlan> {
+/// `build_filters`: a condition check, which builds a sealed segment's tag filter on first use
+/// (reads use one only once it is built).
+fn plan_item(
+    segment: &SegmentAccess<'_>,
+    item: &QueryItem,
+    lo: u32,
+    hi: u32,
+    planner: Planner,
+    build_filters: bool,
+) -> Result<ItemPlan> {
     if planner == Planner::ForceScan {
         return Ok(ItemPlan::Scan(item.clone()));
     }
     let index = segment.index;
+    if let SegmentIndex::Sealed(file) = index {
+        if item.tags.iter().any(|tag| !file.may_contain_tag(tag, build_filters)) {
+            return Ok(ItemPlan::Never);
+        }
+    }
     let type_ids: Option<Vec<u32>> = (!item.types.is_empty())
         .then(|| item.types.iter().filter_map(|t| index.type_id(t)).collect());
     if type_ids.as_ref().is_some_and(Vec::is_empty) {

@@ -46,6 +46,9 @@ pub(crate) fn run(queue: Receiver<Arc<SegmentEntry>>, published: Arc<Published>)
     for entry in queue {
         match build(entry.log.bytes(), entry.base, &entry.path) {
             Ok(file) => {
+                // Its tag dictionary is in the page cache now: build the condition checks'
+                // filter while it is cheap.
+                file.tag_filter();
                 entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(file))));
                 entry.log.advise_point_reads();
             }

@@ -104,7 +104,19 @@ impl Snapshot {
     /// The first event matching `query` in `(after, until]`: what a condition check asks.
     pub fn first_match(&self, query: &Query, after: u64, until: u64) -> Result<Option<Position>> {
         let mut walk = Walk::new(self.clone(), query.clone(), after + 1, until, false);
+        walk.build_filters = true;
         walk.next(|_| ())
+    }
+
+    /// Tag-dictionary lookups made so far in this snapshot's sealed segments, for tests.
+    pub fn tag_lookups(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|s| match &**s.index.load() {
+                SegmentIndex::Sealed(file) => file.tag_lookups(),
+                SegmentIndex::Tail(_) => 0,
+            })
+            .sum()
     }
 }
 
@@ -151,6 +163,8 @@ pub(crate) struct Walk {
     prefetched: Option<usize>,
     /// Next segment to open, in walk order; None when done.
     next_segment: Option<usize>,
+    /// A condition check: builds sealed segments' tag filters on first use.
+    build_filters: bool,
 }
 
 impl Walk {
@@ -158,7 +172,7 @@ impl Walk {
         let high = high.min(snapshot.head);
         let next_segment = (low <= high && low >= 1)
             .then(|| if backwards { snapshot.segment_of(high) } else { snapshot.segment_of(low) });
-        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, next_segment }
+        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, next_segment, build_filters: false }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -194,6 +208,7 @@ impl Walk {
                     (last - entry.base) as u32,
                     self.backwards,
                     self.snapshot.planner,
+                    self.build_filters,
                 )?;
                 self.prefetched = None;
                 self.current = Some((i, index, walk));

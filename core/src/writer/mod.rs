@@ -2,14 +2,14 @@
 //! decides each request's condition in order, and commits the group with one write and one
 //! fsync.
 
+pub(crate) mod condition;
 pub(crate) mod reply;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::event::{EventView, RECORDED_AT_OFFSET};
 use crate::log::format::{FRAME_LEN, MARKER_RECORD_LEN, marker_payload, seal_frame};
 use crate::index::SegmentIndex;
@@ -17,10 +17,10 @@ use crate::index::tail::TailIndex;
 use crate::log::prepare::{InstallError, SegmentPreparer};
 use crate::log::segment::{ActiveSegment, MappedSegment};
 use crate::position::Position;
-use crate::query::{Query, QueryItem};
 use crate::read::{Published, SegmentEntry};
 use crate::append::{AppendCondition, AppendResult};
 use crate::options::Durability;
+use condition::StagedIndex;
 use reply::Reply;
 
 /// Most requests one group takes from the queue; bounds the latency of the first of them.
@@ -36,6 +36,8 @@ pub(crate) struct AppendRequest {
     /// Start of each event's frame in `encoded`.
     pub frame_starts: Vec<usize>,
     pub condition: Option<AppendCondition>,
+    /// What the caller's thread already checked of the condition.
+    pub checked: condition::PreChecked,
     pub reply: Reply,
 }
 
@@ -52,54 +54,12 @@ pub(crate) enum Command {
     Shutdown,
 }
 
-/// The staged events of a group by type and tag: a condition checked against the group asks
-/// this instead of decoding every staged event again (which made group commits quadratic in
-/// the group's size for conditional appends).
-#[derive(Default)]
-struct StagedIndex {
-    /// Type of each staged event, in position order.
-    types: Vec<Box<str>>,
-    /// For each tag, the indices (in `types`) of the staged events that carry it, ascending.
-    by_tag: HashMap<Box<str>, Vec<u32>>,
-}
-
-impl StagedIndex {
-    fn add(&mut self, event: &EventView<'_>) {
-        let index = self.types.len() as u32;
-        self.types.push(event.event_type.into());
-        for tag in event.tags() {
-            match self.by_tag.get_mut(tag) {
-                Some(list) => list.push(index),
-                None => {
-                    self.by_tag.insert(tag.into(), vec![index]);
-                }
-            }
-        }
-    }
-
-    /// Index of the first staged event `item` matches.
-    fn first_match(&self, item: &QueryItem) -> Option<usize> {
-        let type_ok = |i: usize| item.types.is_empty() || item.types.iter().any(|t| **t == *self.types[i]);
-        if item.tags.is_empty() {
-            return (0..self.types.len()).find(|&i| type_ok(i));
-        }
-        let mut lists = Vec::with_capacity(item.tags.len());
-        for tag in &item.tags {
-            lists.push(self.by_tag.get(tag.as_str())?);
-        }
-        lists.sort_by_key(|list| list.len());
-        lists[0]
-            .iter()
-            .map(|&i| i as usize)
-            .find(|&i| type_ok(i) && lists[1..].iter().all(|list| list.binary_search(&(i as u32)).is_ok()))
-    }
-}
-
 /// Bytes staged for one write: whole batches, each ending in its commit marker.
 struct Commit {
     bytes: Vec<u8>,
-    /// Types and tags of the staged events, for the conditions of later requests in the group.
-    staged: StagedIndex,
+    /// Types and tags of the staged events, for the conditions of later requests in the group;
+    /// None when no request of the group has a condition (nothing would ask it).
+    staged: Option<StagedIndex>,
     /// CRC of the last record staged (or, with nothing staged, of the last record written).
     chain: u32,
     /// Offset in `bytes` of each staged event's frame, in position order.
@@ -166,7 +126,8 @@ impl Writer {
 
     fn commit_group(&mut self, group: Vec<AppendRequest>) {
         let recorded_at = now_micros().max(self.last_recorded_at);
-        let mut commit = self.empty_commit();
+        let conditional = group.iter().any(|request| request.condition.is_some());
+        let mut commit = self.empty_commit(conditional);
         for request in group {
             if let Some(poison) = &self.poisoned {
                 request.reply.send(Err(poison.clone()));
@@ -179,11 +140,11 @@ impl Writer {
             let needed = (commit.bytes.len() + request.committed_len()) as u64;
             if needed > self.active.remaining() {
                 // A batch never spans segments: commit what is staged, then roll over.
-                self.flush(std::mem::replace(&mut commit, self.empty_commit()), recorded_at);
+                self.flush(std::mem::replace(&mut commit, self.empty_commit(conditional)), recorded_at);
                 let rolled = self.roll_over();
                 // Chain the next records from the new segment's header (or, if the roll-over
                 // failed, from what the old segment really holds now).
-                commit = self.empty_commit();
+                commit = self.empty_commit(conditional);
                 if let Err(err) = rolled {
                     request.reply.send(Err(err));
                     continue;
@@ -194,44 +155,35 @@ impl Writer {
         self.flush(commit, recorded_at);
     }
 
-    /// The condition verdict against the durable log plus what this group already staged.
+    /// The condition verdict for the part the caller's thread could not check: the log after
+    /// the head its check saw, plus what this group already staged.
     fn check_condition(&self, request: &AppendRequest, commit: &Commit) -> Result<()> {
         let Some(condition) = &request.condition else { return Ok(()) };
+        let staged_base = self.head + 1;
         let snapshot = self.published.snapshot();
+        let checked = &request.checked;
         let after = condition.after.map_or(0, Position::get);
-        let found = match snapshot.first_match(&condition.fail_if_events_match, after, self.head)? {
+        let boundary = &condition.fail_if_events_match;
+        let found = match snapshot.first_match(boundary, after.max(checked.through), self.head)? {
             Some(position) => Some(position),
-            None => self.first_staged_match(commit, &condition.fail_if_events_match),
+            None => commit.staged.as_ref().and_then(|staged| staged.first_match(boundary, staged_base)),
         };
         if let Some(position) = found {
-            return Err(Error::new(
-                ErrorKind::Conflict,
-                format!("append condition failed: event {position} matches fail_if_events_match and is after {after}"),
-            )
-            .at(position));
+            return Err(condition::conflict(position, after));
         }
         if let Some(exists) = &condition.fail_if_exists {
-            let found = match snapshot.first_match(exists, 0, self.head)? {
+            let found = match checked.existing {
                 Some(position) => Some(position),
-                None => self.first_staged_match(commit, exists),
+                None => match snapshot.first_match(exists, checked.through, self.head)? {
+                    Some(position) => Some(position),
+                    None => commit.staged.as_ref().and_then(|staged| staged.first_match(exists, staged_base)),
+                },
             };
             if let Some(position) = found {
-                return Err(Error::new(
-                    ErrorKind::AlreadyExists,
-                    format!("append condition failed: event {position} matches fail_if_exists"),
-                )
-                .at(position));
+                return Err(condition::already_exists(position));
             }
         }
         Ok(())
-    }
-
-    fn first_staged_match(&self, commit: &Commit, query: &Query) -> Option<Position> {
-        let index = match query {
-            Query::All => (!commit.staged.types.is_empty()).then_some(0),
-            Query::Items(items) => items.iter().filter_map(|item| commit.staged.first_match(item)).min(),
-        }?;
-        Some(Position(self.head + 1 + index as u64))
     }
 
     /// Copies a request's frames into the commit, stamps the commit time, chains the CRCs and
@@ -249,9 +201,11 @@ impl Writer {
             commit.bytes[stamp..stamp + 8].copy_from_slice(&recorded_at.to_le_bytes());
             chain = seal_frame(&mut commit.bytes[start..end], 0, chain);
             let position = Position(first + i as u64);
-            let view = EventView::decode(position, &commit.bytes[start + FRAME_LEN..end])
-                .expect("staged events were encoded by us");
-            commit.staged.add(&view);
+            if let Some(staged) = &mut commit.staged {
+                let view = EventView::decode(position, &commit.bytes[start + FRAME_LEN..end])
+                    .expect("staged events were encoded by us");
+                staged.add(&view);
+            }
             commit.event_frames.push(start);
         }
         let marker_start = commit.bytes.len();
@@ -263,10 +217,10 @@ impl Writer {
     }
 
 
-    fn empty_commit(&self) -> Commit {
+    fn empty_commit(&self, conditional: bool) -> Commit {
         Commit {
             bytes: Vec::new(),
-            staged: StagedIndex::default(),
+            staged: conditional.then(StagedIndex::default),
             chain: self.active.chain,
             event_frames: Vec::new(),
             answers: Vec::new(),

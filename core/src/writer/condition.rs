@@ -1,0 +1,116 @@
+//! Deciding append conditions, split so that the single writer thread does as little as it can.
+//!
+//! The log only grows, so a clause checked over `(from, H]` on the caller's thread (against a
+//! snapshot whose head is `H`) never needs checking there again: the writer checks only what
+//! was committed after `H`, plus the batches staged before the request in its group. A
+//! boundary clause that already fails at or below `H` fails for good (`Conflict`, answered on
+//! the caller's thread, never reaching the writer). An existence clause that fails at or below
+//! `H` is remembered and answered by the writer, because the contract reports the boundary
+//! clause first when both fail, and the boundary clause may still fail after `H`.
+
+use std::collections::HashMap;
+
+use crate::append::AppendCondition;
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::EventView;
+use crate::position::Position;
+use crate::query::{Query, QueryItem};
+use crate::read::Snapshot;
+
+/// What the caller's thread found for a request's condition.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PreChecked {
+    /// Both clauses hold over the log up to here.
+    pub through: u64,
+    /// The first event matching the existence clause, if one exists at or below `through`.
+    pub existing: Option<Position>,
+}
+
+/// Checks `condition` against `snapshot` on the caller's thread. `Err` only for a verdict that
+/// cannot change (the boundary clause fails) or a read error.
+pub(crate) fn pre_check(snapshot: &Snapshot, condition: &AppendCondition) -> Result<PreChecked> {
+    let head = snapshot.head;
+    let after = condition.after.map_or(0, Position::get);
+    if let Some(position) = snapshot.first_match(&condition.fail_if_events_match, after, head)? {
+        return Err(conflict(position, after));
+    }
+    let existing = match &condition.fail_if_exists {
+        Some(exists) => snapshot.first_match(exists, 0, head)?,
+        None => None,
+    };
+    Ok(PreChecked { through: head, existing })
+}
+
+pub(crate) fn conflict(position: Position, after: u64) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!("append condition failed: event {position} matches fail_if_events_match and is after {after}"),
+    )
+    .at(position)
+}
+
+pub(crate) fn already_exists(position: Position) -> Error {
+    Error::new(ErrorKind::AlreadyExists, format!("append condition failed: event {position} matches fail_if_exists"))
+        .at(position)
+}
+
+/// The staged events of a group by type and tag: a condition checked against the group asks
+/// this instead of decoding every staged event again (which made group commits quadratic in
+/// the group's size for conditional appends). Built only for groups with a condition in them.
+#[derive(Default)]
+pub(crate) struct StagedIndex {
+    /// Type of each staged event, in position order.
+    types: Vec<Box<str>>,
+    /// For each type, the indices (in `types`) of the staged events of that type, ascending.
+    by_type: HashMap<Box<str>, Vec<u32>>,
+    /// For each tag, the indices of the staged events that carry it, ascending.
+    by_tag: HashMap<Box<str>, Vec<u32>>,
+}
+
+impl StagedIndex {
+    pub fn add(&mut self, event: &EventView<'_>) {
+        let index = self.types.len() as u32;
+        self.types.push(event.event_type.into());
+        push(&mut self.by_type, event.event_type, index);
+        for tag in event.tags() {
+            push(&mut self.by_tag, tag, index);
+        }
+    }
+
+    /// The position of the first staged event `query` matches, the first staged event being at
+    /// `first_position`.
+    pub fn first_match(&self, query: &Query, first_position: u64) -> Option<Position> {
+        let index = match query {
+            Query::All => (!self.types.is_empty()).then_some(0),
+            Query::Items(items) => items.iter().filter_map(|item| self.first_item_match(item)).min(),
+        }?;
+        Some(Position(first_position + index as u64))
+    }
+
+    /// Index of the first staged event `item` matches: a lookup per type or tag, then a walk
+    /// of the shortest list only (each candidate checked by binary search in the others).
+    fn first_item_match(&self, item: &QueryItem) -> Option<usize> {
+        if item.tags.is_empty() {
+            return item.types.iter().filter_map(|t| self.by_type.get(t.as_str())).map(|list| list[0] as usize).min();
+        }
+        let mut lists = Vec::with_capacity(item.tags.len());
+        for tag in &item.tags {
+            lists.push(self.by_tag.get(tag.as_str())?);
+        }
+        lists.sort_by_key(|list| list.len());
+        let type_ok = |i: usize| item.types.is_empty() || item.types.iter().any(|t| **t == *self.types[i]);
+        lists[0]
+            .iter()
+            .map(|&i| i as usize)
+            .find(|&i| type_ok(i) && lists[1..].iter().all(|list| list.binary_search(&(i as u32)).is_ok()))
+    }
+}
+
+fn push(lists: &mut HashMap<Box<str>, Vec<u32>>, key: &str, index: u32) {
+    match lists.get_mut(key) {
+        Some(list) => list.push(index),
+        None => {
+            lists.insert(key.into(), vec![index]);
+        }
+    }
+}
