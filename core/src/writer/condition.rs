@@ -114,3 +114,44 @@ fn push(lists: &mut HashMap<Box<str>, Vec<u32>>, key: &str, index: u32) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::event::{Event, encode_payload, validate_event};
+
+    fn staged(events: usize) -> StagedIndex {
+        let mut index = StagedIndex::default();
+        for i in 0..events {
+            let event = Event::new(format!("Type{}", i % 50), [format!("entity:{i}"), "hot".to_string()], vec![]);
+            let order = validate_event(0, &event, 1 << 20).unwrap();
+            let mut payload = Vec::new();
+            encode_payload(&event, &order, &mut payload);
+            index.add(&EventView::decode(Position(i as u64 + 1), &payload).unwrap());
+        }
+        index
+    }
+
+    /// A types-only item is a lookup per type, not a walk over the group: checking a group
+    /// twice as large costs the same (it cost twice as much when every check walked the group).
+    #[test]
+    fn types_only_checks_do_not_grow_with_the_group() {
+        let query = Query::for_types(["Absent", "Type49"]);
+        let time = |index: &StagedIndex| {
+            let started = Instant::now();
+            for _ in 0..2000 {
+                assert!(index.first_match(&query, 1).is_some());
+                assert!(index.first_match(&Query::for_types(["Absent"]), 1).is_none());
+            }
+            started.elapsed()
+        };
+        let (small, large) = (staged(20_000), staged(80_000));
+        let mut ratios: Vec<f64> = (0..3).map(|_| time(&large).as_secs_f64() / time(&small).as_secs_f64()).collect();
+        ratios.sort_by(f64::total_cmp);
+        assert!(ratios[1] < 2.0, "a group 4 times larger took {:.2} times as long", ratios[1]);
+        assert_eq!(large.first_match(&Query::for_types(["Type7"]), 10), Some(Position(17)));
+        assert_eq!(large.first_match(&Query::of([QueryItem::new(["Type7"], ["hot"])]), 10), Some(Position(17)));
+    }
+}
