@@ -29,8 +29,17 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The segment size of the fault tests, and of the kill loop's children unless it gives them
+/// another (`LAPILLI_CRASH_SEGMENT_SIZE`).
+const SEGMENT_SIZE: u64 = 8192;
+
 fn options() -> Options {
-    Options { durability: Durability::Fsync, segment_size: 8192, ..Options::default() }
+    let segment_size = std::env::var("LAPILLI_CRASH_SEGMENT_SIZE").map_or(SEGMENT_SIZE, |s| s.parse().unwrap());
+    sized(segment_size)
+}
+
+fn sized(segment_size: u64) -> Options {
+    Options { durability: Durability::Fsync, segment_size, ..Options::default() }
 }
 
 fn splitmix(mut z: u64) -> u64 {
@@ -111,10 +120,15 @@ struct Witnessed {
 }
 
 fn start_child(dir: &Path, writer_base: u32, fault_spec: Option<&str>) -> Witnessed {
+    start_sized_child(dir, writer_base, fault_spec, SEGMENT_SIZE)
+}
+
+fn start_sized_child(dir: &Path, writer_base: u32, fault_spec: Option<&str>, segment_size: u64) -> Witnessed {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env("LAPILLI_CRASH_DIR", dir)
+        .env("LAPILLI_CRASH_SEGMENT_SIZE", segment_size.to_string())
         .env("LAPILLI_CRASH_WRITER_BASE", writer_base.to_string())
         .env_remove("LAPILLI_FAULT")
         .stdout(Stdio::piped())
@@ -176,7 +190,13 @@ impl Witnessed {
 /// Every invariant of a recovered store, given everything ever acknowledged to any writer.
 /// Returns the recovered head.
 fn verify(dir: &Path, acks: &[Ack]) -> u64 {
-    let store = Store::open(dir, options()).expect("a crashed store reopens");
+    verify_sized(dir, acks, SEGMENT_SIZE)
+}
+
+/// Reopens the store with `segment_size` (which may differ from the one it was written with)
+/// and checks every invariant against the acknowledgements.
+fn verify_sized(dir: &Path, acks: &[Ack], segment_size: u64) -> u64 {
+    let store = Store::open(dir, sized(segment_size)).expect("a crashed store reopens");
     let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
     let head = store.head().unwrap().get();
     assert_eq!(all.len() as u64, head);
@@ -265,8 +285,11 @@ fn kill_loop() {
     let store_dir = dir.path().join("store");
     let mut all_acks = Vec::new();
     let mut checked_events = 0u64;
+    // Options change between opens, as they do across deployments: each child, and each
+    // check's reopen, picks its own segment size.
+    let sizes = [4096u64, 8192, 16384, 65536];
     for cycle in 0..cycles {
-        let running = start_child(&store_dir, cycle * 10, None);
+        let running = start_sized_child(&store_dir, cycle * 10, None, *rng.pick(&sizes));
         std::thread::sleep(Duration::from_millis(rng.range(5, 120)));
         let acks = running.kill();
         for ack in &acks {
@@ -274,7 +297,7 @@ fn kill_loop() {
         }
         witness.sync_data().unwrap();
         all_acks.extend(acks);
-        let head = verify(&store_dir, &all_acks);
+        let head = verify_sized(&store_dir, &all_acks, *rng.pick(&sizes));
         checked_events += all_acks.iter().map(|a| a.last - a.first + 1).sum::<u64>();
         let _ = head;
     }
