@@ -9,7 +9,10 @@
 //! `close` run on napi's tokio runtime (`spawn_blocking` where they may block), so the event
 //! loop is never held up by an fsync or a page fault. `append` hands its events to the writer
 //! synchronously (`Store::submit`), so appends are queued in call order and a thousand pending
-//! Promises are one group commit, not a thousand threads.
+//! Promises are one group commit, not a thousand threads. `submit` validates, encodes and checks
+//! the append's condition against the log as it is now on the calling thread (index lookups,
+//! normally microseconds; the first condition after an open also builds the tag filters of the
+//! sealed segments it asks), so that work runs on the JS thread.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
