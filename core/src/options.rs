@@ -37,6 +37,12 @@ pub const MIN_SEGMENT_SIZE: u64 = 4096;
 /// Largest segment accepted: relative positions and tag occurrences inside one segment are
 /// 32-bit, and a 64 GiB segment holds fewer than 2^32 of the smallest events.
 pub const MAX_SEGMENT_SIZE: u64 = 64 << 30;
+
+/// The smallest record an event can be: its frame, the fixed fields and a one-byte type.
+const MIN_EVENT_RECORD: u64 = (crate::log::format::FRAME_LEN + crate::event::EVENT_FIXED_BYTES + 1) as u64;
+// Positions inside a segment, and each tag's count of events in the tail index, are 32-bit:
+// the largest segment must not hold 2^32 events.
+const _: () = assert!(MAX_SEGMENT_SIZE / MIN_EVENT_RECORD < u32::MAX as u64);
 /// Appends queued beyond this make callers wait (backpressure).
 pub(crate) const QUEUE_DEPTH: usize = 16 * 1024;
 
