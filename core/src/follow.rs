@@ -7,19 +7,28 @@
 //! chained CRCs make the new batches validate only as the continuation of what the follower
 //! already accepted). A poll thread does this every [`POLL_INTERVAL`] and publishes the head the
 //! same way the writer does, so reads and subscriptions work unchanged.
+//!
+//! What it accepted must stay the log: if those bytes are cut back or rewritten (a writer that
+//! lost them in a crash and wrote new batches in their place), the follower's chain no longer
+//! leads anywhere and it would find nothing new forever. So a poll that finds nothing new checks
+//! that the last accepted commit marker still holds what was accepted, and now and then that no
+//! segment has appeared that does not continue the accepted log; either failing fails the handle
+//! (`Published::fail`) with `Corruption`.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::index::SegmentIndex;
 use crate::index::tail::TailIndex;
-use crate::log::format::{HEADER_LEN, segment_file_name};
+use crate::log::format::{
+    FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, parse_marker, segment_file_name,
+};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
 use crate::log::segment::{MappedSegment, check_header};
 use crate::open::{index_scanned, list_segments, load_sealed};
@@ -29,6 +38,10 @@ use crate::open::RecoveryReport;
 
 /// How often a follower looks for new commits: a new batch is visible within about this long.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// How often an idle follower lists the directory for a segment that does not continue its log.
+/// Listing costs a pass over every file name, unlike the one `stat` of the next segment's name
+/// that each poll pays; a tenth of a second bounds how long such a follower answers stale.
+const LISTING_INTERVAL: Duration = Duration::from_millis(100);
 
 struct FollowedSegment {
     entry: Arc<SegmentEntry>,
@@ -43,6 +56,7 @@ pub(crate) struct Follower {
     /// None until the store's first segment exists.
     active: Option<FollowedSegment>,
     next_position: u64,
+    last_listing: Instant,
 }
 
 impl Follower {
@@ -64,7 +78,8 @@ impl Follower {
             segments.pop();
         }
         let mut report = RecoveryReport::default();
-        let mut follower = Follower { dir: dir.to_owned(), published, active: None, next_position: 1 };
+        let mut follower =
+            Follower { dir: dir.to_owned(), published, active: None, next_position: 1, last_listing: Instant::now() };
         if let Some((base, path)) = segments.last().cloned() {
             let (next_position, _) = load_sealed(&segments, &follower.published, &mut report)?;
             if base != next_position {
@@ -122,7 +137,7 @@ impl Follower {
                 }
                 continue;
             };
-            accept(active)?;
+            let moved = catch_up(active)?;
             self.next_position = active.point.next_position;
             // The writer syncs a segment before it creates the next one and never writes into it
             // again, so once the next exists, one more pass over this one sees all of it.
@@ -130,13 +145,16 @@ impl Follower {
             let next_exists = self.next_position > active.entry.base
                 && self.dir.join(segment_file_name(self.next_position)).exists();
             if next_exists {
-                accept(active)?;
+                catch_up(active)?;
                 self.next_position = active.point.next_position;
                 if let Some(next) = self.open_segment(self.next_position)? {
                     self.published.publish_head(self.next_position - 1);
                     self.active = Some(next);
                     continue;
                 }
+            }
+            if !moved && self.last_listing.elapsed() >= LISTING_INTERVAL {
+                self.check_no_stray_segment()?;
             }
             let head = self.next_position - 1;
             if head != self.published.head() {
@@ -146,12 +164,48 @@ impl Follower {
         }
     }
 
-    /// Polls until the store handle is closed (which unparks this thread).
+    /// A segment after the active one must start where the accepted log ends. One based
+    /// elsewhere means the writer rolled over from a log that is not the one this follower
+    /// accepted (it rewound past what was accepted, then filled a segment), and the segment this
+    /// follower waits for will never come.
+    fn check_no_stray_segment(&mut self) -> Result<()> {
+        self.last_listing = Instant::now();
+        let Some(active) = &mut self.active else { return Ok(()) };
+        let segments = list_segments(&self.dir)?;
+        let Some((base, path)) = segments.into_iter().find(|(base, _)| *base > active.entry.base) else {
+            return Ok(());
+        };
+        if base != active.point.next_position {
+            // The writer may have finished this segment and rolled over since the last pass.
+            catch_up(active)?;
+            self.next_position = active.point.next_position;
+        }
+        if base == self.next_position {
+            return Ok(());
+        }
+        Err(Error::corruption(format!(
+            "segment {} starts at position {base}, but the log this follower accepted ends at \
+             position {} (byte {} of segment {}): the log was rewritten under it; reopen the \
+             handle to follow the log as it is now",
+            path.display(),
+            self.next_position - 1,
+            active.point.offset,
+            active.entry.path.display()
+        )))
+    }
+
+    /// Polls until the store handle is closed (which unparks this thread), or until the log it
+    /// accepted turns out to have been rewritten, which fails the handle: no later poll can
+    /// make its answers exact again.
     pub fn run(mut self) {
         let mut reported = false;
         while !self.published.closed.load(Ordering::Acquire) {
             match self.advance() {
                 Ok(()) => reported = false,
+                Err(e) if e.kind() == ErrorKind::Corruption => {
+                    self.published.fail(e);
+                    return;
+                }
                 Err(e) if !reported => {
                     eprintln!("lapilli: follower of {} cannot advance: {e}", self.dir.display());
                     reported = true;
@@ -163,16 +217,47 @@ impl Follower {
     }
 }
 
-fn accept(segment: &mut FollowedSegment) -> Result<()> {
+/// Accepts what was committed since the last pass; returns whether there was anything. When
+/// there was not, checks that what was accepted is still there.
+fn catch_up(segment: &mut FollowedSegment) -> Result<bool> {
     let bytes = segment.entry.log.bytes();
     let scan = scan_records(bytes, segment.point);
     if scan.event_offsets.is_empty() {
-        return Ok(());
+        check_accepted(segment)?;
+        return Ok(false);
     }
     let first_rel = (segment.point.next_position - segment.entry.base) as u32;
     index_scanned(&segment.tail, bytes, segment.entry.base, first_rel, &scan.event_offsets)?;
     segment.point = scan.end;
-    Ok(())
+    Ok(true)
+}
+
+/// The commit marker that ends the accepted part of the segment must still be the one that was
+/// accepted: the checksum it stores (chained from every record before it, so a marker written
+/// after any other history stores another) and the positions it closes. Bytes cut back are
+/// zeroed from the end of the writer's committed prefix through the end of the torn run, which
+/// reaches at least this marker, and new batches are written from that same start: either way
+/// these 21 bytes change, so checking them alone, on a poll that found nothing new, is enough.
+fn check_accepted(segment: &FollowedSegment) -> Result<()> {
+    let point = segment.point;
+    if point.next_position == segment.entry.base {
+        return Ok(());
+    }
+    let start = point.offset - MARKER_RECORD_LEN;
+    let record = &segment.entry.log.bytes()[start..point.offset];
+    let len = u32::from_le_bytes(record[0..4].try_into().unwrap()) as usize;
+    let stored = u32::from_le_bytes(record[4..8].try_into().unwrap());
+    let closes = parse_marker(&record[FRAME_LEN..]).map(|(first, count)| first + count as u64);
+    if len == MARKER_PAYLOAD_LEN && stored == point.chain && closes == Some(point.next_position) {
+        return Ok(());
+    }
+    Err(Error::corruption(format!(
+        "segment {}: the commit marker at byte {start}, which ended the batches up to position {} \
+         that this follower accepted, no longer holds what was accepted: the log was cut back or \
+         rewritten under it; reopen the handle to follow the log as it is now",
+        segment.entry.path.display(),
+        point.next_position - 1
+    )))
 }
 
 fn segment_header_is_valid(path: &Path, base: u64) -> bool {

@@ -114,6 +114,8 @@ impl Store {
     /// writing, or nobody. It never takes the lock, never writes a byte and never blocks the
     /// writer; it sees whole committed batches only, and follows new commits (reads, `head()`
     /// and subscriptions see them within a few milliseconds). `append` fails with `ReadOnly`.
+    /// If the batches it accepted are later cut back or rewritten under it, every operation
+    /// fails with `Corruption` from then on (blocked subscribers wake with it): reopen it.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         let published = Arc::new(Published::new());
@@ -177,7 +179,7 @@ impl Store {
         if self.published.closed.load(Ordering::Acquire) {
             return Err(Error::closed());
         }
-        Ok(())
+        self.published.check()
     }
 
     /// The last committed position (0 for an empty store).

@@ -7,7 +7,7 @@
 //! Followers use the same function to advance over a live segment.
 
 use crate::event::{EventView, RECORD_KIND_EVENT};
-use crate::log::format::{FRAME_LEN, MARKER_PAYLOAD_LEN, RECORD_KIND_MARKER, record_crc};
+use crate::log::format::{FRAME_LEN, MARKER_PAYLOAD_LEN, RECORD_KIND_MARKER, parse_marker, record_crc};
 use crate::position::Position;
 
 /// Where a scan stands: the byte offset after the last accepted marker, the chain value there,
@@ -93,8 +93,8 @@ pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
                 pending.push(offset);
             }
             RECORD_KIND_MARKER if len == MARKER_PAYLOAD_LEN => {
-                let first = u64::from_le_bytes(payload[1..9].try_into().unwrap());
-                let count = u32::from_le_bytes(payload[9..13].try_into().unwrap()) as usize;
+                let (first, count) = parse_marker(payload).expect("kind and length checked");
+                let count = count as usize;
                 if count == 0 || count != pending.len() || first != committed.next_position {
                     break format!(
                         "a commit marker for {count} events from position {first} ends a run of {} events from position {}",
