@@ -31,7 +31,8 @@ use crate::log::format::{
 };
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
 use crate::log::segment::{MappedSegment, check_header};
-use crate::open::{index_scanned, list_segments, load_sealed};
+use crate::index::file::index_path;
+use crate::open::{index_scanned, list_segments, load_sealed, matching_index_file};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::open::RecoveryReport;
@@ -57,6 +58,10 @@ pub(crate) struct Follower {
     active: Option<FollowedSegment>,
     next_position: u64,
     last_listing: Instant,
+    /// Segments this follower moved past that it still answers from their tail index, with
+    /// the base of the segment after each: the writer's sealer publishes their index files a
+    /// little later.
+    unsealed: Vec<(Arc<SegmentEntry>, u64)>,
 }
 
 impl Follower {
@@ -78,8 +83,14 @@ impl Follower {
             segments.pop();
         }
         let mut report = RecoveryReport::default();
-        let mut follower =
-            Follower { dir: dir.to_owned(), published, active: None, next_position: 1, last_listing: Instant::now() };
+        let mut follower = Follower {
+            dir: dir.to_owned(),
+            published,
+            active: None,
+            next_position: 1,
+            last_listing: Instant::now(),
+            unsealed: Vec::new(),
+        };
         if let Some((base, path)) = segments.last().cloned() {
             let (next_position, _) = load_sealed(&segments, &follower.published, &mut report)?;
             if base != next_position {
@@ -149,7 +160,9 @@ impl Follower {
                 self.next_position = active.point.next_position;
                 if let Some(next) = self.open_segment(self.next_position)? {
                     self.published.publish_head(self.next_position - 1);
-                    self.active = Some(next);
+                    if let Some(sealed) = self.active.replace(next) {
+                        self.unsealed.push((sealed.entry, self.next_position));
+                    }
                     continue;
                 }
             }
@@ -160,8 +173,31 @@ impl Follower {
             if head != self.published.head() {
                 self.published.publish_head(head);
             }
+            self.adopt_index_files();
             return Ok(());
         }
+    }
+
+    /// Swaps in the index file of each segment moved past, once the writer has published it,
+    /// and drops its tail index (a reader that pinned it keeps it until done). Checking is one
+    /// `stat` a poll for each segment still waiting, usually none or one: the writer writes the
+    /// file under a temporary name and renames it into place, so once the name exists the file
+    /// is whole; it is still verified as open verifies it. One that does not verify is left
+    /// alone: the tail index answers correctly, and the next writer's open rebuilds the file.
+    fn adopt_index_files(&mut self) {
+        self.unsealed.retain(|(entry, next_base)| {
+            if !index_path(&entry.path).exists() {
+                return true;
+            }
+            match matching_index_file(&entry.path, &entry.log, entry.base, *next_base) {
+                Ok(index) => {
+                    entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(index))));
+                    entry.log.advise_point_reads();
+                }
+                Err(e) => eprintln!("lapilli: follower keeps the in-memory index of {}: {e}", entry.path.display()),
+            }
+            false
+        });
     }
 
     /// A segment after the active one must start where the accepted log ends. One based

@@ -113,10 +113,9 @@ pub(crate) fn load_sealed(
             .open(path)
             .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
         let log = MappedSegment::map(path, &file)?;
-        let index = match IndexFile::open(&index_path(path), base) {
-            // Matched without reading the log: the next segment's base, and the log's length.
-            Ok(index) if base + index.count == next_base && index.log_end <= log.bytes().len() as u64 => index,
-            _ => {
+        let index = match matching_index_file(path, &log, base, next_base) {
+            Ok(index) => index,
+            Err(_) => {
                 let (bytes, end) = seal::encode(log.bytes(), base, path)?;
                 report.scanned_log_bytes += log.bytes().len() as u64;
                 if end != next_base {
@@ -141,6 +140,25 @@ pub(crate) fn load_sealed(
         }));
     }
     Ok((next_position, rebuilt))
+}
+
+/// The index file of the sealed segment at `path`, verified (checksums, base, layout) and
+/// matched against the segment without reading its log: its events reach the next segment's
+/// base, and its committed end lies inside the log file.
+pub(crate) fn matching_index_file(path: &Path, log: &MappedSegment, base: u64, next_base: u64) -> Result<IndexFile> {
+    let index_path = index_path(path);
+    let index = IndexFile::open(&index_path, base)?;
+    let log_len = log.bytes().len() as u64;
+    if base + index.count != next_base || index.log_end > log_len {
+        return Err(Error::corruption(format!(
+            "index {} holds {} events ending at byte {}; its segment holds {} events in {log_len} bytes",
+            index_path.display(),
+            index.count,
+            index.log_end,
+            next_base - base
+        )));
+    }
+    Ok(index)
 }
 
 fn gap(path: &Path, base: u64, next_position: u64) -> Error {

@@ -170,6 +170,13 @@ impl Store {
         }
     }
 
+    /// How many segments this handle answers from an in-memory tail index rather than a mapped
+    /// index file, for tests (the active segment, and sealed ones whose file is not in use yet).
+    #[doc(hidden)]
+    pub fn tail_indexed_segments(&self) -> usize {
+        self.published.segments.load().iter().filter(|segment| segment.index.load().is_tail()).count()
+    }
+
     /// What recovery found when this handle opened the store.
     pub fn recovery(&self) -> &RecoveryReport {
         &self.recovery

@@ -342,3 +342,30 @@ fn a_follower_fails_when_a_segment_appears_that_does_not_continue_its_log() {
     std::fs::write(&stray, bytes).unwrap();
     fails_with_corruption(&follower, asked, &[stray.display().to_string()]);
 }
+
+#[test]
+fn a_follower_switches_to_the_index_files_of_segments_sealed_while_it_watched() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), small()).unwrap();
+    // Opened before the first roll-over: every segment is sealed while it watches.
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    for i in 0..400u32 {
+        let tags = [format!("n:{i}"), format!("k:{}", i % 3)];
+        writer.append(vec![Event::new("N", tags, vec![7; 40])], None).unwrap();
+    }
+    writer.wait_for_sealing();
+    let head = writer.head().unwrap();
+    eventually("the follower to reach the writer's head", || follower.head().unwrap() == head);
+    assert!(segment_files(dir.path()).len() >= 5, "roll-overs happened");
+    eventually("the follower to answer sealed segments from their index files", || {
+        follower.tail_indexed_segments() == 1
+    });
+    for query in [Query::all(), Query::for_tags(["k:1"]), Query::for_tags(["n:123"])] {
+        for backwards in [false, true] {
+            let options = ReadOptions { backwards, ..ReadOptions::default() };
+            let mine = writer.read(&query, options).unwrap().collect_all().unwrap();
+            let theirs = follower.read(&query, options).unwrap().collect_all().unwrap();
+            assert_eq!(theirs, mine, "{query:?} backwards {backwards}");
+        }
+    }
+}
