@@ -1,7 +1,7 @@
 //! Followers: read-only handles on a store that another process (or nobody) holds writable.
 //!
 //! A follower never takes the lock and never writes a byte. It maps the segments read-only and
-//! runs the recovery rule (`log::recovery::scan_records`) forward from where it stopped, so it
+//! runs the recovery rule (`log::recovery::scan_committed`) forward from where it stopped, so it
 //! publishes only whole committed batches: a torn or in-progress tail fails the rule and stays
 //! invisible until it is complete, or until a new writer cuts it back and writes over it (the
 //! chained CRCs make the new batches validate only as the continuation of what the follower
@@ -29,7 +29,7 @@ use crate::index::tail::TailIndex;
 use crate::log::format::{
     FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, parse_marker, segment_file_name,
 };
-use crate::log::recovery::{ScanPoint, Tail, scan_records};
+use crate::log::recovery::{ScanPoint, Tail, scan_committed, scan_records};
 use crate::log::segment::{MappedSegment, check_header};
 use crate::index::file::index_path;
 use crate::open::{index_scanned, list_segments, load_sealed, matching_index_file};
@@ -257,7 +257,7 @@ impl Follower {
 /// there was not, checks that what was accepted is still there.
 fn catch_up(segment: &mut FollowedSegment) -> Result<bool> {
     let bytes = segment.entry.log.bytes();
-    let scan = scan_records(bytes, segment.point);
+    let scan = scan_committed(bytes, segment.point);
     if scan.event_offsets.is_empty() {
         check_accepted(segment)?;
         return Ok(false);
@@ -302,4 +302,56 @@ fn segment_header_is_valid(path: &Path, base: u64) -> bool {
         .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut header, 0))
         .is_ok()
         && check_header(&header, base, path).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+    use std::sync::Arc;
+
+    use super::Follower;
+    use crate::log::format::{HEADER_LEN, decode_header, segment_file_name};
+    use crate::log::recovery::{EXTENTS_MEASURED, ScanPoint, scan_records};
+    use crate::read::Published;
+    use crate::{Durability, Event, Options, Store};
+
+    fn measured() -> u64 {
+        EXTENTS_MEASURED.with(|n| n.get())
+    }
+
+    /// A poll over a batch still being written only needs to know that nothing new is
+    /// committed; following the torn run's frame lengths to measure it is for the report.
+    #[test]
+    fn polls_over_an_unfinished_write_do_not_measure_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Options { durability: Durability::Buffered, ..Options::default() }).unwrap();
+        for i in 0..3 {
+            store.append(vec![Event::new("N", [format!("n:{i}")], vec![1; 10])], None).unwrap();
+        }
+        store.close().unwrap();
+        let path = dir.path().join(segment_file_name(1));
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let mut head = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut head, 0).unwrap();
+        let chain = decode_header(&head).unwrap().crc;
+        let mut bytes = vec![0u8; 4096];
+        file.read_exact_at(&mut bytes, 0).unwrap();
+        let end = scan_records(&bytes, ScanPoint { offset: HEADER_LEN, chain, next_position: 1 }).end.offset;
+        // A record frame whose checksum is not written yet, and no marker after it.
+        let mut unfinished = 100u32.to_le_bytes().to_vec();
+        unfinished.extend_from_slice(&[0; 4]);
+        unfinished.extend_from_slice(&[0xab; 100]);
+        file.write_all_at(&unfinished, end as u64).unwrap();
+
+        let before = measured();
+        let (mut follower, report) = Follower::open(dir.path(), Arc::new(Published::new())).unwrap();
+        let torn = report.torn_tail.expect("the open reports the unfinished write");
+        assert_eq!((torn.offset, torn.bytes), (end, unfinished.len()));
+        let after_open = measured();
+        assert!(after_open > before);
+        for _ in 0..100 {
+            follower.advance().unwrap();
+        }
+        assert_eq!(measured(), after_open, "polls measured the torn run");
+    }
 }

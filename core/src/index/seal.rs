@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::index::SegmentIndex;
 use crate::index::file::{self, IndexFile, index_path};
 use crate::log::format::{HEADER_LEN, decode_header};
-use crate::log::recovery::{ScanPoint, Tail, scan_records};
+use crate::log::recovery::{ScanPoint, Stop, scan_committed};
 use crate::read::{Published, SegmentEntry};
 use std::sync::atomic::Ordering;
 
@@ -18,13 +18,12 @@ use std::sync::atomic::Ordering;
 pub(crate) fn encode(log: &[u8], base: u64, log_path: &Path) -> Result<(Vec<u8>, u64)> {
     let header = decode_header(log)
         .map_err(|e| Error::corruption(format!("segment {}: {}", log_path.display(), e.message())))?;
-    let scan = scan_records(log, ScanPoint { offset: HEADER_LEN, chain: header.crc, next_position: base });
-    if let Tail::Torn(torn) = &scan.tail {
+    let scan = scan_committed(log, ScanPoint { offset: HEADER_LEN, chain: header.crc, next_position: base });
+    if let Stop::Torn { reason, .. } = &scan.tail {
         return Err(Error::corruption(format!(
-            "sealed segment {} is damaged at byte {}: {}",
+            "sealed segment {} is damaged at byte {}: {reason}",
             log_path.display(),
-            torn.offset,
-            torn.reason
+            scan.end.offset
         )));
     }
     let contents = file::contents_of(log, base, &scan.event_offsets, scan.end.offset as u64)?;
