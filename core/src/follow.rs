@@ -16,6 +16,7 @@
 //! (`Published::fail`) with `Corruption`.
 
 use std::fs::OpenOptions;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -32,7 +33,7 @@ use crate::log::format::{
 use crate::log::recovery::{ScanPoint, Tail, scan_committed, scan_records};
 use crate::log::segment::{MappedSegment, check_header};
 use crate::index::file::index_path;
-use crate::open::{index_scanned, list_segments, load_sealed, matching_index_file};
+use crate::open::{cannot_read, index_scanned, list_segments, load_sealed, matching_index_file};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::open::RecoveryReport;
@@ -68,16 +69,16 @@ impl Follower {
     /// Loads what is committed now. Sealed segments come from their index files (or an index
     /// rebuilt in memory); the last segment with a valid header is followed.
     pub fn open(dir: &Path, published: Arc<Published>) -> Result<(Follower, RecoveryReport)> {
-        if !dir.is_dir() {
-            return Err(Error::io(
-                format_args!("no store at {}", dir.display()),
-                &std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(no_store(dir, io::ErrorKind::NotADirectory)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(no_store(dir, e.kind())),
+            Err(e) => return Err(cannot_read(dir, &e)),
         }
         let mut segments = list_segments(dir)?;
         // A last segment still being created (no durable header yet) is not there yet.
         while let Some((base, path)) = segments.last() {
-            if segment_header_is_valid(path, *base) {
+            if segment_header_is_valid(path, *base)? {
                 break;
             }
             segments.pop();
@@ -119,7 +120,12 @@ impl Follower {
     /// (empty: the head does not cover it yet).
     fn open_segment(&self, base: u64) -> Result<Option<FollowedSegment>> {
         let path = self.dir.join(segment_file_name(base));
-        let Ok(file) = OpenOptions::new().read(true).open(&path) else { return Ok(None) };
+        let file = match OpenOptions::new().read(true).open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            // Never taken for "not created yet": that would answer an empty log.
+            Err(e) => return Err(cannot_read(&path, &e)),
+        };
         let log = MappedSegment::map(&path, &file)?;
         let Ok(chain) = check_header(log.bytes(), base, &path) else { return Ok(None) };
         let tail = Arc::new(TailIndex::new());
@@ -296,12 +302,20 @@ fn check_accepted(segment: &FollowedSegment) -> Result<()> {
     )))
 }
 
-fn segment_header_is_valid(path: &Path, base: u64) -> bool {
+fn no_store(dir: &Path, kind: io::ErrorKind) -> Error {
+    Error::io(format_args!("no store at {}", dir.display()), &io::Error::from(kind))
+}
+
+/// Whether the segment at `path` has a durable header yet. A file that cannot be read is an
+/// error, not a segment still being created: taking it for one would answer an empty log.
+fn segment_header_is_valid(path: &Path, base: u64) -> Result<bool> {
     let mut header = [0u8; HEADER_LEN];
-    std::fs::File::open(path)
-        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut header, 0))
-        .is_ok()
-        && check_header(&header, base, path).is_ok()
+    match std::fs::File::open(path).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut header, 0)) {
+        Ok(()) => Ok(check_header(&header, base, path).is_ok()),
+        // Removed since it was listed (a writer making it again), or shorter than a header.
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof) => Ok(false),
+        Err(e) => Err(cannot_read(path, &e)),
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use crate::index::seal;
 use crate::index::tail::TailIndex;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, parse_segment_file_name};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
-use crate::log::segment::{ActiveSegment, MappedSegment, check_header, create_segment, sync_dir};
+use crate::log::segment::{ActiveSegment, MappedSegment, check_header, create_segment, open_with_mode, sync_dir};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::log::recovery::TornTail;
@@ -45,15 +45,32 @@ const LOCK_FILE: &str = "LOCK";
 
 /// Takes the store's exclusive lock (an `flock` on `LOCK`, which the kernel drops if the
 /// process dies) and writes our pid into it for the next opener's message.
-pub(crate) fn take_lock(dir: &Path) -> Result<File> {
+/// Creates the store directory `dir` if it is missing, with exactly `mode` (see `open_with_mode`
+/// for why exactly); one that already exists keeps its mode, which its owner chose.
+pub(crate) fn create_store_dir(dir: &Path, mode: u32) -> Result<()> {
+    let fail = |e: &io::Error| Error::io(format_args!("cannot create {}", dir.display()), e);
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent).map_err(|e| fail(&e))?;
+    }
+    match fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(|e| fail(&e)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(fail(&e)),
+    }
+}
+
+/// A `LOCK` made now gets permission bits `mode`; one already there keeps its own.
+pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
     let path = dir.join(LOCK_FILE);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
+    let existing = || OpenOptions::new().read(true).write(true).open(&path);
+    let mut file = match open_with_mode(&path, OpenOptions::new().read(true).write(true).create_new(true), mode) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => existing(),
+        created => created,
+    }
+    .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
     // SAFETY: plain syscall on a descriptor we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();
@@ -77,12 +94,27 @@ pub(crate) fn take_lock(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
+/// An error reading a store's directory or files, which names the path; a refused permission
+/// says why a store may refuse it, since by default only its owner may read it.
+pub(crate) fn cannot_read(path: &Path, e: &io::Error) -> Error {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        return Error::io(
+            format_args!(
+                "cannot read {}: a store is readable by its owner only, unless its writer opens it \
+                 with a wider file_mode (0o640 shares it with the directory's group)",
+                path.display()
+            ),
+            e,
+        );
+    }
+    Error::io(format_args!("cannot read {}", path.display()), e)
+}
+
 pub(crate) fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
-    let entries =
-        fs::read_dir(dir).map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+    let entries = fs::read_dir(dir).map_err(|e| cannot_read(dir, &e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+        let entry = entry.map_err(|e| cannot_read(dir, &e))?;
         if let Some(base) = entry.file_name().to_str().and_then(parse_segment_file_name) {
             found.push((base, entry.path()));
         }
@@ -108,10 +140,7 @@ pub(crate) fn load_sealed(
         if base != next_position {
             return Err(gap(path, base, next_position));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .open(path)
-            .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
+        let file = OpenOptions::new().read(true).open(path).map_err(|e| cannot_read(path, &e))?;
         let log = MappedSegment::map(path, &file)?;
         let index = match matching_index_file(path, &log, base, next_base) {
             Ok(index) => index,
@@ -191,7 +220,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     let mut segments = list_segments(dir)?;
     let mut report = RecoveryReport::default();
     if segments.is_empty() {
-        create_segment(dir, 1, options.segment_size)?;
+        create_segment(dir, 1, options.segment_size, options.file_mode)?;
         segments = list_segments(dir)?;
     }
     let count = segments.len();
@@ -222,7 +251,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             drop(file);
             fs::remove_file(&path).map_err(|e| Error::io(format_args!("cannot remove {}", path.display()), &e))?;
             sync_dir(dir)?;
-            create_segment(dir, base, options.segment_size)?;
+            create_segment(dir, base, options.segment_size, options.file_mode)?;
             report.recreated_segment = Some(path.clone());
             file = open(&path)?;
             log = MappedSegment::map(&path, &file)?;
@@ -241,7 +270,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         report.torn_tail = Some(torn.clone());
     }
     for (path, bytes) in rebuilt {
-        index_file::write(&path, &bytes)?;
+        index_file::write(&path, &bytes, options.file_mode)?;
         report.rebuilt_indexes.push(path);
     }
     let tail = Arc::new(TailIndex::new());

@@ -1,6 +1,6 @@
 //! The front door: opening (recovery, lock), appending, reading, subscribing, closing.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{SyncSender, sync_channel};
@@ -13,7 +13,7 @@ use crate::follow::Follower;
 use crate::index::{Planner, seal};
 use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN};
 use crate::append::{AppendCondition, AppendResult};
-use crate::open::{RecoveryReport, recover, take_lock};
+use crate::open::{RecoveryReport, create_store_dir, recover, take_lock};
 use crate::options::{Options, QUEUE_DEPTH};
 use crate::position::Position;
 use crate::query::Query;
@@ -67,9 +67,8 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         options.validate()?;
         let path = path.as_ref().to_path_buf();
-        fs::create_dir_all(&path)
-            .map_err(|e| Error::io(format_args!("cannot create {}", path.display()), &e))?;
-        let lock = take_lock(&path)?;
+        create_store_dir(&path, options.dir_mode())?;
+        let lock = take_lock(&path, options.file_mode)?;
         let published = Arc::new(Published::new());
         let recovered = recover(&path, &options, &published)?;
         let recovery = recovered.report;
@@ -77,9 +76,10 @@ impl Store {
         published.publish_head(head);
         let (to_sealer, sealer_queue) = std::sync::mpsc::channel();
         let sealer_published = published.clone();
+        let file_mode = options.file_mode;
         let sealer = std::thread::Builder::new()
             .name("lapilli-sealer".into())
-            .spawn(move || seal::run(sealer_queue, sealer_published))
+            .spawn(move || seal::run(sealer_queue, sealer_published, file_mode))
             .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
         let writer = Writer {
             published: published.clone(),
@@ -89,6 +89,7 @@ impl Store {
             active_index: recovered.tail,
             sealer: to_sealer,
             segment_size: options.segment_size,
+            file_mode: options.file_mode,
             durability: options.durability,
             head,
             last_recorded_at: recovered.last_recorded_at,

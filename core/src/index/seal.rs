@@ -31,19 +31,19 @@ pub(crate) fn encode(log: &[u8], base: u64, log_path: &Path) -> Result<(Vec<u8>,
 }
 
 /// Encodes, writes (durably) and maps the index file of a sealed segment.
-pub(crate) fn build(log: &[u8], base: u64, log_path: &Path) -> Result<IndexFile> {
+pub(crate) fn build(log: &[u8], base: u64, log_path: &Path, mode: u32) -> Result<IndexFile> {
     let (bytes, _) = encode(log, base, log_path)?;
     let path = index_path(log_path);
-    file::write(&path, &bytes)?;
+    file::write(&path, &bytes, mode)?;
     IndexFile::open(&path, base)
 }
 
 /// The sealer thread: builds each handed-over segment's index file and publishes it in place of
 /// the tail index. A failure is reported and leaves the tail index in use; the next open
-/// rebuilds the file.
-pub(crate) fn run(queue: Receiver<Arc<SegmentEntry>>, published: Arc<Published>) {
+/// rebuilds the file. Files get permission bits `mode`.
+pub(crate) fn run(queue: Receiver<Arc<SegmentEntry>>, published: Arc<Published>, mode: u32) {
     for entry in queue {
-        match build(entry.log.bytes(), entry.base, &entry.path) {
+        match build(entry.log.bytes(), entry.base, &entry.path, mode) {
             Ok(file) => {
                 entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(file))));
                 entry.log.advise_point_reads();

@@ -1,9 +1,9 @@
 //! Segment files: creation (preallocated, header, fsync file then directory), mapping for
 //! readers, and the writer's handle on the active segment.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, Permissions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -62,6 +62,16 @@ impl MappedSegment {
     }
 }
 
+/// Opens a file that `options` may create, with exactly `mode`: `OpenOptions::mode` keeps it
+/// from ever being wider than `mode` (the umask can only narrow it), and `fchmod` then undoes
+/// any narrowing, since a store shared with a follower's group must stay readable by it
+/// whatever the writer's umask.
+pub fn open_with_mode(path: &Path, options: &mut OpenOptions, mode: u32) -> io::Result<File> {
+    let file = options.mode(mode).open(path)?;
+    file.set_permissions(Permissions::from_mode(mode))?;
+    Ok(file)
+}
+
 pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -82,10 +92,10 @@ fn preallocate(file: &File, size: u64) -> io::Result<()> {
 /// Creates the segment whose first event will be `base`: preallocates `size` bytes, writes the
 /// header, fsyncs the file and then the directory, so that a crash leaves either no file or a
 /// file whose header is durable before any record is written into it.
-pub fn create_segment(dir: &Path, base: u64, size: u64) -> Result<(File, PathBuf)> {
+pub fn create_segment(dir: &Path, base: u64, size: u64, mode: u32) -> Result<(File, PathBuf)> {
     let path = dir.join(segment_file_name(base));
     let result = (|| -> io::Result<File> {
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        let file = open_with_mode(&path, OpenOptions::new().read(true).write(true).create_new(true), mode)?;
         crate::fault::io_point("segment.preallocate")?;
         preallocate(&file, size)?;
         crate::fault::crash_point("segment.before_header");

@@ -117,6 +117,8 @@ pub(crate) struct Writer {
     /// Where sealed segments go to have their index file built, off this thread.
     pub sealer: std::sync::mpsc::Sender<Arc<SegmentEntry>>,
     pub segment_size: u64,
+    /// Permission bits of the segments it creates.
+    pub file_mode: u32,
     pub durability: Durability,
     /// Last committed position.
     pub head: u64,
@@ -357,7 +359,7 @@ impl Writer {
             return Err(self.poisoned.clone().expect("just poisoned"));
         }
         let base = self.head + 1;
-        let (file, path) = create_segment(&self.dir, base, self.segment_size)?;
+        let (file, path) = create_segment(&self.dir, base, self.segment_size, self.file_mode)?;
         let log = MappedSegment::map(&path, &file)?;
         let chain = crate::log::format::decode_header(log.bytes())?.crc;
         let index = Arc::new(TailIndex::new());
