@@ -45,21 +45,47 @@ const LOCK_FILE: &str = "LOCK";
 
 /// Takes the store's exclusive lock (an `flock` on `LOCK`, which the kernel drops if the
 /// process dies) and writes our pid into it for the next opener's message.
-/// Creates the store directory `dir` if it is missing, with exactly `mode` (see `open_with_mode`
-/// for why exactly); one that already exists keeps its mode, which its owner chose.
+/// Creates the store directory `dir` if it is missing, with exactly `mode` (see
+/// `open_with_mode` for why exactly); one that already exists keeps its mode, which its owner
+/// chose. Missing parents are made too, with the mode `mkdir -p` gives them.
+///
+/// Each level made here has its entry fsynced in its parent, top down, before the open writes
+/// anything into it: a new directory's entry is durable only once its parent is fsynced, and a
+/// crash that lost it would take every segment fsynced inside it along. If a step fails, the
+/// levels made here are removed again (they are still empty), so that a later open does not
+/// find a directory whose entry may never have reached the disk and trust it.
 pub(crate) fn create_store_dir(dir: &Path, mode: u32) -> Result<()> {
-    let fail = |e: &io::Error| Error::io(format_args!("cannot create {}", dir.display()), e);
-    if dir.is_dir() {
-        return Ok(());
+    let mut missing = Vec::new();
+    let mut level = dir;
+    while !level.exists() {
+        missing.push(level);
+        match level.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => level = parent,
+            _ => break,
+        }
     }
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::create_dir_all(parent).map_err(|e| fail(&e))?;
+    let mut made: Vec<&Path> = Vec::new();
+    let result = missing.iter().rev().try_for_each(|&level| {
+        let level_mode = if level == dir { mode } else { 0o777 };
+        match fs::DirBuilder::new().mode(level_mode).create(level) {
+            Ok(()) => made.push(level),
+            // Made meanwhile by someone else, whose to make durable.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && level.is_dir() => return Ok(()),
+            Err(e) => return Err(Error::io(format_args!("cannot create {}", level.display()), &e)),
+        }
+        if level == dir {
+            fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io(format_args!("cannot set the mode of {}", dir.display()), &e))?;
+        }
+        let parent = level.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        sync_dir(parent)
+    });
+    if result.is_err() {
+        for level in made.iter().rev() {
+            let _ = fs::remove_dir(level);
+        }
     }
-    match fs::DirBuilder::new().mode(mode).create(dir) {
-        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(|e| fail(&e)),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
-        Err(e) => Err(fail(&e)),
-    }
+    result
 }
 
 /// A `LOCK` made now gets permission bits `mode`; one already there keeps its own.

@@ -74,6 +74,19 @@ fn a_shared_file_mode_is_applied_exactly_whatever_the_umask() {
 }
 
 #[test]
+fn an_open_makes_every_missing_level_of_its_path() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("x").join("y").join("store");
+    let store = Store::open(&dir, Options { file_mode: 0o640, ..buffered(4096) }).unwrap();
+    store.append(vec![Event::new("N", ["n:1"], vec![])], None).unwrap();
+    store.close().unwrap();
+    // The parents get what `mkdir -p` gives them (the umask's), the store its own mode.
+    assert!(root.path().join("x").join("y").is_dir());
+    assert_eq!(mode_of(&dir), 0o750);
+    assert_eq!(Store::open_read_only(&dir).unwrap().head().unwrap().get(), 1);
+}
+
+#[test]
 fn an_existing_directory_keeps_its_mode() {
     let root = tempfile::tempdir().unwrap();
     std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711)).unwrap();

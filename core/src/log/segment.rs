@@ -73,7 +73,8 @@ pub fn open_with_mode(path: &Path, options: &mut OpenOptions, mode: u32) -> io::
 }
 
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
+    crate::fault::io_point("dir.fsync")
+        .and_then(|_| File::open(dir))
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::io(format_args!("cannot fsync directory {}", dir.display()), &e))
 }
