@@ -9,7 +9,7 @@
 //! Points: `commit.before_write`, `close.fsync` (the final fsync of `close`), `commit.torn_marker` (writes the group but the last bytes of
 //! its final commit marker, then aborts), `commit.short_write` (writes half the group, then
 //! fails), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
-//! `segment.before_header`, `index.before_rename`.
+//! `segment.before_header`, `index.before_rename`, `dir.fsync` (every fsync of a directory).
 
 /// What an armed point does when it fires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,34 +1,49 @@
 //! Followers: read-only handles on a store that another process (or nobody) holds writable.
 //!
 //! A follower never takes the lock and never writes a byte. It maps the segments read-only and
-//! runs the recovery rule (`log::recovery::scan_records`) forward from where it stopped, so it
+//! runs the recovery rule (`log::recovery::scan_committed`) forward from where it stopped, so it
 //! publishes only whole committed batches: a torn or in-progress tail fails the rule and stays
 //! invisible until it is complete, or until a new writer cuts it back and writes over it (the
 //! chained CRCs make the new batches validate only as the continuation of what the follower
 //! already accepted). A poll thread does this every [`POLL_INTERVAL`] and publishes the head the
 //! same way the writer does, so reads and subscriptions work unchanged.
+//!
+//! What it accepted must stay the log: if those bytes are cut back or rewritten (a writer that
+//! lost them in a crash and wrote new batches in their place), the follower's chain no longer
+//! leads anywhere and it would find nothing new forever. So a poll that finds nothing new checks
+//! that the last accepted commit marker still holds what was accepted, and now and then that no
+//! segment has appeared that does not continue the accepted log; either failing fails the handle
+//! (`Published::fail`) with `Corruption`.
 
 use std::fs::OpenOptions;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::index::SegmentIndex;
 use crate::index::tail::TailIndex;
-use crate::log::format::{HEADER_LEN, segment_file_name};
-use crate::log::recovery::{ScanPoint, Tail, scan_records};
+use crate::log::format::{
+    FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, parse_marker, segment_file_name,
+};
+use crate::log::recovery::{ScanPoint, Tail, scan_committed, scan_records};
 use crate::log::segment::{MappedSegment, check_header};
-use crate::open::{index_scanned, list_segments, load_sealed};
+use crate::index::file::index_path;
+use crate::open::{cannot_read, index_scanned, list_segments, load_sealed, matching_index_file};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::open::RecoveryReport;
 
 /// How often a follower looks for new commits: a new batch is visible within about this long.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// How often an idle follower lists the directory for a segment that does not continue its log.
+/// Listing costs a pass over every file name, unlike the one `stat` of the next segment's name
+/// that each poll pays; a tenth of a second bounds how long such a follower answers stale.
+const LISTING_INTERVAL: Duration = Duration::from_millis(100);
 
 struct FollowedSegment {
     entry: Arc<SegmentEntry>,
@@ -43,28 +58,40 @@ pub(crate) struct Follower {
     /// None until the store's first segment exists.
     active: Option<FollowedSegment>,
     next_position: u64,
+    last_listing: Instant,
+    /// Segments this follower moved past that it still answers from their tail index, with
+    /// the base of the segment after each: the writer's sealer publishes their index files a
+    /// little later.
+    unsealed: Vec<(Arc<SegmentEntry>, u64)>,
 }
 
 impl Follower {
     /// Loads what is committed now. Sealed segments come from their index files (or an index
     /// rebuilt in memory); the last segment with a valid header is followed.
     pub fn open(dir: &Path, published: Arc<Published>) -> Result<(Follower, RecoveryReport)> {
-        if !dir.is_dir() {
-            return Err(Error::io(
-                format_args!("no store at {}", dir.display()),
-                &std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(no_store(dir, io::ErrorKind::NotADirectory)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(no_store(dir, e.kind())),
+            Err(e) => return Err(cannot_read(dir, &e)),
         }
         let mut segments = list_segments(dir)?;
         // A last segment still being created (no durable header yet) is not there yet.
         while let Some((base, path)) = segments.last() {
-            if segment_header_is_valid(path, *base) {
+            if segment_header_is_valid(path, *base)? {
                 break;
             }
             segments.pop();
         }
         let mut report = RecoveryReport::default();
-        let mut follower = Follower { dir: dir.to_owned(), published, active: None, next_position: 1 };
+        let mut follower = Follower {
+            dir: dir.to_owned(),
+            published,
+            active: None,
+            next_position: 1,
+            last_listing: Instant::now(),
+            unsealed: Vec::new(),
+        };
         if let Some((base, path)) = segments.last().cloned() {
             let (next_position, _) = load_sealed(&segments, &follower.published, &mut report)?;
             if base != next_position {
@@ -93,7 +120,12 @@ impl Follower {
     /// (empty: the head does not cover it yet).
     fn open_segment(&self, base: u64) -> Result<Option<FollowedSegment>> {
         let path = self.dir.join(segment_file_name(base));
-        let Ok(file) = OpenOptions::new().read(true).open(&path) else { return Ok(None) };
+        let file = match OpenOptions::new().read(true).open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            // Never taken for "not created yet": that would answer an empty log.
+            Err(e) => return Err(cannot_read(&path, &e)),
+        };
         let log = MappedSegment::map(&path, &file)?;
         let Ok(chain) = check_header(log.bytes(), base, &path) else { return Ok(None) };
         let tail = Arc::new(TailIndex::new());
@@ -122,7 +154,7 @@ impl Follower {
                 }
                 continue;
             };
-            accept(active)?;
+            let moved = catch_up(active)?;
             self.next_position = active.point.next_position;
             // The writer syncs a segment before it creates the next one and never writes into it
             // again, so once the next exists, one more pass over this one sees all of it.
@@ -130,28 +162,92 @@ impl Follower {
             let next_exists = self.next_position > active.entry.base
                 && self.dir.join(segment_file_name(self.next_position)).exists();
             if next_exists {
-                accept(active)?;
+                catch_up(active)?;
                 self.next_position = active.point.next_position;
                 if let Some(next) = self.open_segment(self.next_position)? {
                     self.published.publish_head(self.next_position - 1);
-                    self.active = Some(next);
+                    if let Some(sealed) = self.active.replace(next) {
+                        self.unsealed.push((sealed.entry, self.next_position));
+                    }
                     continue;
                 }
+            }
+            if !moved && self.last_listing.elapsed() >= LISTING_INTERVAL {
+                self.check_no_stray_segment()?;
             }
             let head = self.next_position - 1;
             if head != self.published.head() {
                 self.published.publish_head(head);
             }
+            self.adopt_index_files();
             return Ok(());
         }
     }
 
-    /// Polls until the store handle is closed (which unparks this thread).
+    /// Swaps in the index file of each segment moved past, once the writer has published it,
+    /// and drops its tail index (a reader that pinned it keeps it until done). Checking is one
+    /// `stat` a poll for each segment still waiting, usually none or one: the writer writes the
+    /// file under a temporary name and renames it into place, so once the name exists the file
+    /// is whole; it is still verified as open verifies it. One that does not verify is left
+    /// alone: the tail index answers correctly, and the next writer's open rebuilds the file.
+    fn adopt_index_files(&mut self) {
+        self.unsealed.retain(|(entry, next_base)| {
+            if !index_path(&entry.path).exists() {
+                return true;
+            }
+            match matching_index_file(&entry.path, &entry.log, entry.base, *next_base) {
+                Ok(index) => {
+                    entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(index))));
+                    entry.log.advise_point_reads();
+                }
+                Err(e) => eprintln!("lapilli: follower keeps the in-memory index of {}: {e}", entry.path.display()),
+            }
+            false
+        });
+    }
+
+    /// A segment after the active one must start where the accepted log ends. One based
+    /// elsewhere means the writer rolled over from a log that is not the one this follower
+    /// accepted (it rewound past what was accepted, then filled a segment), and the segment this
+    /// follower waits for will never come.
+    fn check_no_stray_segment(&mut self) -> Result<()> {
+        self.last_listing = Instant::now();
+        let Some(active) = &mut self.active else { return Ok(()) };
+        let segments = list_segments(&self.dir)?;
+        let Some((base, path)) = segments.into_iter().find(|(base, _)| *base > active.entry.base) else {
+            return Ok(());
+        };
+        if base != active.point.next_position {
+            // The writer may have finished this segment and rolled over since the last pass.
+            catch_up(active)?;
+            self.next_position = active.point.next_position;
+        }
+        if base == self.next_position {
+            return Ok(());
+        }
+        Err(Error::corruption(format!(
+            "segment {} starts at position {base}, but the log this follower accepted ends at \
+             position {} (byte {} of segment {}): the log was rewritten under it; reopen the \
+             handle to follow the log as it is now",
+            path.display(),
+            self.next_position - 1,
+            active.point.offset,
+            active.entry.path.display()
+        )))
+    }
+
+    /// Polls until the store handle is closed (which unparks this thread), or until the log it
+    /// accepted turns out to have been rewritten, which fails the handle: no later poll can
+    /// make its answers exact again.
     pub fn run(mut self) {
         let mut reported = false;
         while !self.published.closed.load(Ordering::Acquire) {
             match self.advance() {
                 Ok(()) => reported = false,
+                Err(e) if e.kind() == ErrorKind::Corruption => {
+                    self.published.fail(e);
+                    return;
+                }
                 Err(e) if !reported => {
                     eprintln!("lapilli: follower of {} cannot advance: {e}", self.dir.display());
                     reported = true;
@@ -163,22 +259,113 @@ impl Follower {
     }
 }
 
-fn accept(segment: &mut FollowedSegment) -> Result<()> {
+/// Accepts what was committed since the last pass; returns whether there was anything. When
+/// there was not, checks that what was accepted is still there.
+fn catch_up(segment: &mut FollowedSegment) -> Result<bool> {
     let bytes = segment.entry.log.bytes();
-    let scan = scan_records(bytes, segment.point);
+    let scan = scan_committed(bytes, segment.point);
     if scan.event_offsets.is_empty() {
-        return Ok(());
+        check_accepted(segment)?;
+        return Ok(false);
     }
     let first_rel = (segment.point.next_position - segment.entry.base) as u32;
     index_scanned(&segment.tail, bytes, segment.entry.base, first_rel, &scan.event_offsets)?;
     segment.point = scan.end;
-    Ok(())
+    Ok(true)
 }
 
-fn segment_header_is_valid(path: &Path, base: u64) -> bool {
+/// The commit marker that ends the accepted part of the segment must still be the one that was
+/// accepted: the checksum it stores (chained from every record before it, so a marker written
+/// after any other history stores another) and the positions it closes. Bytes cut back are
+/// zeroed from the end of the writer's committed prefix through the end of the torn run, which
+/// reaches at least this marker, and new batches are written from that same start: either way
+/// these 21 bytes change, so checking them alone, on a poll that found nothing new, is enough.
+fn check_accepted(segment: &FollowedSegment) -> Result<()> {
+    let point = segment.point;
+    if point.next_position == segment.entry.base {
+        return Ok(());
+    }
+    let start = point.offset - MARKER_RECORD_LEN;
+    let record = &segment.entry.log.bytes()[start..point.offset];
+    let len = u32::from_le_bytes(record[0..4].try_into().unwrap()) as usize;
+    let stored = u32::from_le_bytes(record[4..8].try_into().unwrap());
+    let closes = parse_marker(&record[FRAME_LEN..]).map(|(first, count)| first + count as u64);
+    if len == MARKER_PAYLOAD_LEN && stored == point.chain && closes == Some(point.next_position) {
+        return Ok(());
+    }
+    Err(Error::corruption(format!(
+        "segment {}: the commit marker at byte {start}, which ended the batches up to position {} \
+         that this follower accepted, no longer holds what was accepted: the log was cut back or \
+         rewritten under it; reopen the handle to follow the log as it is now",
+        segment.entry.path.display(),
+        point.next_position - 1
+    )))
+}
+
+fn no_store(dir: &Path, kind: io::ErrorKind) -> Error {
+    Error::io(format_args!("no store at {}", dir.display()), &io::Error::from(kind))
+}
+
+/// Whether the segment at `path` has a durable header yet. A file that cannot be read is an
+/// error, not a segment still being created: taking it for one would answer an empty log.
+fn segment_header_is_valid(path: &Path, base: u64) -> Result<bool> {
     let mut header = [0u8; HEADER_LEN];
-    std::fs::File::open(path)
-        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut header, 0))
-        .is_ok()
-        && check_header(&header, base, path).is_ok()
+    match std::fs::File::open(path).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut header, 0)) {
+        Ok(()) => Ok(check_header(&header, base, path).is_ok()),
+        // Removed since it was listed (a writer making it again), or shorter than a header.
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof) => Ok(false),
+        Err(e) => Err(cannot_read(path, &e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+    use std::sync::Arc;
+
+    use super::Follower;
+    use crate::log::format::{HEADER_LEN, decode_header, segment_file_name};
+    use crate::log::recovery::{EXTENTS_MEASURED, ScanPoint, scan_records};
+    use crate::read::Published;
+    use crate::{Durability, Event, Options, Store};
+
+    fn measured() -> u64 {
+        EXTENTS_MEASURED.with(|n| n.get())
+    }
+
+    /// A poll over a batch still being written only needs to know that nothing new is
+    /// committed; following the torn run's frame lengths to measure it is for the report.
+    #[test]
+    fn polls_over_an_unfinished_write_do_not_measure_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Options { durability: Durability::Buffered, ..Options::default() }).unwrap();
+        for i in 0..3 {
+            store.append(vec![Event::new("N", [format!("n:{i}")], vec![1; 10])], None).unwrap();
+        }
+        store.close().unwrap();
+        let path = dir.path().join(segment_file_name(1));
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let mut head = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut head, 0).unwrap();
+        let chain = decode_header(&head).unwrap().crc;
+        let mut bytes = vec![0u8; 4096];
+        file.read_exact_at(&mut bytes, 0).unwrap();
+        let end = scan_records(&bytes, ScanPoint { offset: HEADER_LEN, chain, next_position: 1 }).end.offset;
+        // A record frame whose checksum is not written yet, and no marker after it.
+        let mut unfinished = 100u32.to_le_bytes().to_vec();
+        unfinished.extend_from_slice(&[0; 4]);
+        unfinished.extend_from_slice(&[0xab; 100]);
+        file.write_all_at(&unfinished, end as u64).unwrap();
+
+        let before = measured();
+        let (mut follower, report) = Follower::open(dir.path(), Arc::new(Published::new())).unwrap();
+        let torn = report.torn_tail.expect("the open reports the unfinished write");
+        assert_eq!((torn.offset, torn.bytes), (end, unfinished.len()));
+        let after_open = measured();
+        assert!(after_open > before);
+        for _ in 0..100 {
+            follower.advance().unwrap();
+        }
+        assert_eq!(measured(), after_open, "polls measured the torn run");
+    }
 }

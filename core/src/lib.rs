@@ -38,8 +38,8 @@ pub use read::{ReadOptions, ReadResult};
 pub use append::{AppendCondition, AppendResult};
 pub use open::RecoveryReport;
 pub use options::{
-    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_SIZE, Durability, MAX_EVENT_BYTES_LIMIT, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
-    Options,
+    DEFAULT_FILE_MODE, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_SIZE, Durability, MAX_EVENT_BYTES_LIMIT, MAX_SEGMENT_SIZE,
+    MIN_SEGMENT_SIZE, Options,
 };
 pub use store::Store;
 pub use subscribe::{Next, Subscription};

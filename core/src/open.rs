@@ -4,7 +4,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +20,8 @@ use crate::index::tail::TailIndex;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, parse_segment_file_name};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
 use crate::log::segment::{
-    ActiveSegment, MappedSegment, check_header, create_segment, drop_cached_pages, grow_empty_segment, sync_dir,
+    ActiveSegment, MappedSegment, check_header, create_segment, drop_cached_pages, grow_empty_segment, open_with_mode,
+    sync_dir,
 };
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
@@ -47,15 +48,58 @@ const LOCK_FILE: &str = "LOCK";
 
 /// Takes the store's exclusive lock (an `flock` on `LOCK`, which the kernel drops if the
 /// process dies) and writes our pid into it for the next opener's message.
-pub(crate) fn take_lock(dir: &Path) -> Result<File> {
+/// Creates the store directory `dir` if it is missing, with exactly `mode` (see
+/// `open_with_mode` for why exactly); one that already exists keeps its mode, which its owner
+/// chose. Missing parents are made too, with the mode `mkdir -p` gives them.
+///
+/// Each level made here has its entry fsynced in its parent, top down, before the open writes
+/// anything into it: a new directory's entry is durable only once its parent is fsynced, and a
+/// crash that lost it would take every segment fsynced inside it along. If a step fails, the
+/// levels made here are removed again (they are still empty), so that a later open does not
+/// find a directory whose entry may never have reached the disk and trust it.
+pub(crate) fn create_store_dir(dir: &Path, mode: u32) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut level = dir;
+    while !level.exists() {
+        missing.push(level);
+        match level.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => level = parent,
+            _ => break,
+        }
+    }
+    let mut made: Vec<&Path> = Vec::new();
+    let result = missing.iter().rev().try_for_each(|&level| {
+        let level_mode = if level == dir { mode } else { 0o777 };
+        match fs::DirBuilder::new().mode(level_mode).create(level) {
+            Ok(()) => made.push(level),
+            // Made meanwhile by someone else, whose to make durable.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && level.is_dir() => return Ok(()),
+            Err(e) => return Err(Error::io(format_args!("cannot create {}", level.display()), &e)),
+        }
+        if level == dir {
+            fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io(format_args!("cannot set the mode of {}", dir.display()), &e))?;
+        }
+        let parent = level.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        sync_dir(parent)
+    });
+    if result.is_err() {
+        for level in made.iter().rev() {
+            let _ = fs::remove_dir(level);
+        }
+    }
+    result
+}
+
+/// A `LOCK` made now gets permission bits `mode`; one already there keeps its own.
+pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
     let path = dir.join(LOCK_FILE);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
+    let existing = || OpenOptions::new().read(true).write(true).open(&path);
+    let mut file = match open_with_mode(&path, OpenOptions::new().read(true).write(true).create_new(true), mode) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => existing(),
+        created => created,
+    }
+    .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
     // SAFETY: plain syscall on a descriptor we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();
@@ -79,12 +123,27 @@ pub(crate) fn take_lock(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
+/// An error reading a store's directory or files, which names the path; a refused permission
+/// says why a store may refuse it, since by default only its owner may read it.
+pub(crate) fn cannot_read(path: &Path, e: &io::Error) -> Error {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        return Error::io(
+            format_args!(
+                "cannot read {}: a store is readable by its owner only, unless its writer opens it \
+                 with a wider file_mode (0o640 shares it with the directory's group)",
+                path.display()
+            ),
+            e,
+        );
+    }
+    Error::io(format_args!("cannot read {}", path.display()), e)
+}
+
 pub(crate) fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
-    let entries =
-        fs::read_dir(dir).map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+    let entries = fs::read_dir(dir).map_err(|e| cannot_read(dir, &e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+        let entry = entry.map_err(|e| cannot_read(dir, &e))?;
         if let Some(base) = entry.file_name().to_str().and_then(parse_segment_file_name) {
             found.push((base, entry.path()));
         }
@@ -110,15 +169,11 @@ pub(crate) fn load_sealed(
         if base != next_position {
             return Err(gap(path, base, next_position));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .open(path)
-            .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
+        let file = OpenOptions::new().read(true).open(path).map_err(|e| cannot_read(path, &e))?;
         let log = MappedSegment::map(path, &file)?;
-        let index = match IndexFile::open(&index_path(path), base) {
-            // Matched without reading the log: the next segment's base, and the log's length.
-            Ok(index) if base + index.count == next_base && index.log_end <= log.bytes().len() as u64 => index,
-            _ => {
+        let index = match matching_index_file(path, &log, base, next_base) {
+            Ok(index) => index,
+            Err(_) => {
                 let (bytes, end) = seal::encode(log.bytes(), base, path)?;
                 report.scanned_log_bytes += log.bytes().len() as u64;
                 if end != next_base {
@@ -143,6 +198,25 @@ pub(crate) fn load_sealed(
         }));
     }
     Ok((next_position, rebuilt))
+}
+
+/// The index file of the sealed segment at `path`, verified (checksums, base, layout) and
+/// matched against the segment without reading its log: its events reach the next segment's
+/// base, and its committed end lies inside the log file.
+pub(crate) fn matching_index_file(path: &Path, log: &MappedSegment, base: u64, next_base: u64) -> Result<IndexFile> {
+    let index_path = index_path(path);
+    let index = IndexFile::open(&index_path, base)?;
+    let log_len = log.bytes().len() as u64;
+    if base + index.count != next_base || index.log_end > log_len {
+        return Err(Error::corruption(format!(
+            "index {} holds {} events ending at byte {}; its segment holds {} events in {log_len} bytes",
+            index_path.display(),
+            index.count,
+            index.log_end,
+            next_base - base
+        )));
+    }
+    Ok(index)
 }
 
 fn gap(path: &Path, base: u64, next_position: u64) -> Error {
@@ -180,7 +254,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     let mut segments = list_segments(dir)?;
     let mut report = RecoveryReport::default();
     if segments.is_empty() {
-        create_segment(dir, 1, options.segment_size)?;
+        create_segment(dir, 1, options.segment_size, options.file_mode)?;
         segments = list_segments(dir)?;
     }
     let count = segments.len();
@@ -212,7 +286,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             drop(file);
             fs::remove_file(&path).map_err(|e| Error::io(format_args!("cannot remove {}", path.display()), &e))?;
             sync_dir(dir)?;
-            create_segment(dir, base, options.segment_size)?;
+            create_segment(dir, base, options.segment_size, options.file_mode)?;
             report.recreated_segment = Some(path.clone());
             file = open(&path)?;
             log = MappedSegment::map(&path, &file)?;
@@ -231,7 +305,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         report.torn_tail = Some(torn.clone());
     }
     for (path, bytes) in rebuilt {
-        index_file::write(&path, &bytes)?;
+        index_file::write(&path, &bytes, options.file_mode)?;
         report.rebuilt_indexes.push(path);
     }
     if scan.event_offsets.is_empty() && (log.bytes().len() as u64) < options.segment_size {

@@ -37,6 +37,9 @@ pub const MIN_SEGMENT_SIZE: u64 = 4096;
 /// Largest segment accepted: relative positions and tag occurrences inside one segment are
 /// 32-bit, and a 64 GiB segment holds fewer than 2^32 of the smallest events.
 pub const MAX_SEGMENT_SIZE: u64 = 64 << 30;
+/// Permission bits of the files a store creates unless told otherwise: the owner's alone, as
+/// PostgreSQL keeps its data directory, since the events are whatever the application wrote.
+pub const DEFAULT_FILE_MODE: u32 = 0o600;
 
 /// The smallest record an event can be: its frame, the fixed fields and a one-byte type.
 const MIN_EVENT_RECORD: u64 = (crate::log::format::FRAME_LEN + crate::event::EVENT_FIXED_BYTES + 1) as u64;
@@ -52,6 +55,12 @@ pub struct Options {
     /// Size of each segment file, preallocated. Applies to segments created from now on.
     pub segment_size: u64,
     pub max_event_bytes: usize,
+    /// Permission bits of every file the writer creates (segments, index files, `LOCK`), set
+    /// exactly, whatever the umask. The store's directory, when the open creates it, gets rwx
+    /// for the owner and, for each read bit here, that read bit and its execute bit. Default
+    /// `0o600`; `0o640` shares the store with a follower running as another user of the
+    /// directory's group. Only permission bits, and the owner must read and write.
+    pub file_mode: u32,
 }
 
 impl Default for Options {
@@ -60,6 +69,7 @@ impl Default for Options {
             durability: Durability::Fsync,
             segment_size: DEFAULT_SEGMENT_SIZE,
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            file_mode: DEFAULT_FILE_MODE,
         }
     }
 }
@@ -78,6 +88,22 @@ impl Options {
                 self.max_event_bytes
             )));
         }
+        if self.file_mode & !0o777 != 0 || self.file_mode & 0o600 != 0o600 {
+            return Err(Error::invalid(format!(
+                "file_mode is {:#o}; it must be permission bits only (within 0o777) that let the \
+                 owner read and write (0o600)",
+                self.file_mode
+            )));
+        }
         Ok(())
+    }
+
+    /// The mode of a store directory the open creates: the owner's rwx, and whoever may read
+    /// the files may also list and enter the directory (a read bit without its execute bit
+    /// would let them see names but open nothing). Write bits beyond the owner's are never
+    /// given: only the writer creates files there.
+    pub(crate) fn dir_mode(&self) -> u32 {
+        let read = self.file_mode & 0o044;
+        0o700 | read | (read >> 2)
     }
 }

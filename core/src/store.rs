@@ -1,6 +1,6 @@
 //! The front door: opening (recovery, lock), appending, reading, subscribing, closing.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{SyncSender, sync_channel};
@@ -14,7 +14,7 @@ use crate::index::{Planner, seal};
 use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN};
 use crate::log::prepare::SegmentPreparer;
 use crate::append::{AppendCondition, AppendResult};
-use crate::open::{RecoveryReport, recover, take_lock};
+use crate::open::{RecoveryReport, create_store_dir, recover, take_lock};
 use crate::options::{Options, QUEUE_DEPTH};
 use crate::position::Position;
 use crate::query::Query;
@@ -69,9 +69,8 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         options.validate()?;
         let path = path.as_ref().to_path_buf();
-        fs::create_dir_all(&path)
-            .map_err(|e| Error::io(format_args!("cannot create {}", path.display()), &e))?;
-        let lock = take_lock(&path)?;
+        create_store_dir(&path, options.dir_mode())?;
+        let lock = take_lock(&path, options.file_mode)?;
         let published = Arc::new(Published::new());
         let recovered = recover(&path, &options, &published)?;
         let recovery = recovered.report;
@@ -85,9 +84,10 @@ impl Store {
         };
         let (to_sealer, sealer_queue) = std::sync::mpsc::channel();
         let sealer_published = published.clone();
+        let file_mode = options.file_mode;
         let sealer = std::thread::Builder::new()
             .name("lapilli-sealer".into())
-            .spawn(move || seal::run(sealer_queue, sealer_published))
+            .spawn(move || seal::run(sealer_queue, sealer_published, file_mode))
             .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
         let writer = Writer {
             published: published.clone(),
@@ -95,7 +95,7 @@ impl Store {
             active_entry: recovered.entry,
             active_index: recovered.tail,
             sealer: to_sealer,
-            next_segment: SegmentPreparer::start(&path, options.segment_size)?,
+            next_segment: SegmentPreparer::start(&path, options.segment_size, options.file_mode)?,
             durability: options.durability,
             head,
             last_recorded_at,
@@ -121,6 +121,8 @@ impl Store {
     /// writing, or nobody. It never takes the lock, never writes a byte and never blocks the
     /// writer; it sees whole committed batches only, and follows new commits (reads, `head()`
     /// and subscriptions see them within a few milliseconds). `append` fails with `ReadOnly`.
+    /// If the batches it accepted are later cut back or rewritten under it, every operation
+    /// fails with `Corruption` from then on (blocked subscribers wake with it): reopen it.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         let published = Arc::new(Published::new());
@@ -182,6 +184,13 @@ impl Store {
         }
     }
 
+    /// How many segments this handle answers from an in-memory tail index rather than a mapped
+    /// index file, for tests (the active segment, and sealed ones whose file is not in use yet).
+    #[doc(hidden)]
+    pub fn tail_indexed_segments(&self) -> usize {
+        self.published.segments.load().iter().filter(|segment| matches!(**segment.index.load(), crate::index::SegmentIndex::Tail(_))).count()
+    }
+
     /// What recovery found when this handle opened the store.
     pub fn recovery(&self) -> &RecoveryReport {
         &self.recovery
@@ -191,7 +200,7 @@ impl Store {
         if self.published.closed.load(Ordering::Acquire) {
             return Err(Error::closed());
         }
-        Ok(())
+        self.published.check()
     }
 
     /// The last committed position (0 for an empty store).

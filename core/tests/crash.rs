@@ -510,3 +510,24 @@ fn a_short_write_poisons_the_writer_until_reopen() {
     assert_eq!(seqs, vec![0, 2]);
     store.close().unwrap();
 }
+
+#[test]
+fn each_directory_level_an_open_creates_is_fsynced_in_its_parent() {
+    let _serial = serial();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("a").join("b").join("store");
+    let parents = [root.path().to_path_buf(), root.path().join("a"), root.path().join("a").join("b")];
+    for (skip, parent) in parents.iter().enumerate() {
+        fault::arm("dir.fsync", Fault::Errno(libc_eio()), skip as u32);
+        let err = Store::open(&dir, options()).err();
+        fault::disarm_all();
+        let err = err.unwrap_or_else(|| panic!("the fsync of {} was not attempted", parent.display()));
+        assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+        assert!(err.message().contains(&format!("directory {}:", parent.display())), "{err} names {}", parent.display());
+        // A level whose entry may not be durable is not left for a later open to trust.
+        assert!(!root.path().join("a").exists(), "a failed open left a directory it created");
+    }
+    let store = Store::open(&dir, options()).unwrap();
+    store.append(batch(1, 0), None).unwrap();
+    store.close().unwrap();
+}

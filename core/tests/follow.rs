@@ -3,13 +3,18 @@
 
 mod common;
 
-use std::path::Path;
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::fingerprint;
+use common::{fingerprint, segment_files, segment_path};
+use lapilli_core::log::format::{HEADER_LEN, MARKER_RECORD_LEN, decode_header, encode_header};
+use lapilli_core::log::recovery::{ScanPoint, scan_records};
 use lapilli_core::{
-    AppendCondition, Durability, ErrorKind, Event, Next, Options, Position, Query, ReadOptions,
+    AppendCondition, Durability, ErrorKind, Event, Next, Options, Position, Query, ReadOptions, ReadResult,
     SequencedEvent, Store,
 };
 
@@ -208,4 +213,159 @@ fn follows_a_writer_process_through_rollover_kill_and_restart() {
     assert!(recovered.len() >= all.len());
     assert_eq!(&recovered[..all.len()], &all[..]);
     assert!(writer.recovery().segments > 3, "roll-overs happened: {:?}", writer.recovery());
+}
+
+/// Where the commit marker of the last committed batch of a store's last segment starts.
+fn last_marker(dir: &Path) -> (PathBuf, usize) {
+    let path = segment_files(dir).pop().expect("a segment");
+    let bytes = std::fs::read(&path).unwrap();
+    let header = decode_header(&bytes).unwrap();
+    let scan = scan_records(&bytes, ScanPoint { offset: HEADER_LEN, chain: header.crc, next_position: header.base });
+    (path, scan.end.offset - MARKER_RECORD_LEN)
+}
+
+fn overwrite(path: &Path, offset: usize, bytes: &[u8]) {
+    let file = OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(bytes, offset as u64).unwrap();
+}
+
+fn append_numbered(store: &Store, from: u32, to: u32, data: &[u8]) {
+    for i in from..to {
+        store.append(vec![Event::new("N", [format!("n:{i}")], data.to_vec())], None).unwrap();
+    }
+}
+
+/// What was asked of a follower before its log was rewritten: a consumer blocked in
+/// `next_batch` with no timeout, on its own thread, and a read not consumed yet.
+struct Asked {
+    consumer: JoinHandle<lapilli_core::Result<Option<Vec<SequencedEvent>>>>,
+    read: ReadResult,
+}
+
+fn ask(store: &Store) -> Asked {
+    let subscription = store.subscribe(&Query::all(), store.head().unwrap()).unwrap();
+    let consumer = std::thread::spawn(move || subscription.next_batch(10, None));
+    Asked { consumer, read: store.read(&Query::all(), ReadOptions::default()).unwrap() }
+}
+
+/// Every way of asking the follower fails with `Corruption` naming `what`, within 2 s: new
+/// questions, the read already under way and the blocked consumer.
+fn fails_with_corruption(follower: &Store, asked: Asked, what: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let err = loop {
+        match follower.head() {
+            Err(e) => break e,
+            Ok(head) => assert!(Instant::now() < deadline, "the follower still answers head {head}"),
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(err.kind(), ErrorKind::Corruption, "{err}");
+    for part in what {
+        assert!(err.message().contains(part.as_str()), "{err:?} should name {part}");
+    }
+    let read = follower.read(&Query::all(), ReadOptions::default()).err().expect("a read after the failure");
+    assert_eq!(read.kind(), ErrorKind::Corruption, "{read}");
+    let subscribe = follower.subscribe(&Query::all(), Position::ZERO).err().expect("a subscribe after the failure");
+    assert_eq!(subscribe.kind(), ErrorKind::Corruption, "{subscribe}");
+    let pending = asked.read.collect_all().expect_err("the read under way fails");
+    assert_eq!(pending.kind(), ErrorKind::Corruption, "{pending}");
+    let consumer = asked.consumer;
+    while !consumer.is_finished() {
+        assert!(Instant::now() < deadline + Duration::from_secs(1), "the blocked consumer never woke");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let woke = consumer.join().unwrap().expect_err("the blocked consumer wakes with an error");
+    assert_eq!(woke.kind(), ErrorKind::Corruption, "{woke}");
+}
+
+#[test]
+fn a_follower_whose_accepted_batch_is_cut_back_fails_instead_of_stalling() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), small()).unwrap();
+    append_numbered(&writer, 0, 20, b"x");
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(follower.head().unwrap(), Position(20));
+    let asked = ask(&follower);
+    writer.close().unwrap();
+    // What a writer that reopened and judged the last batch torn would do to it.
+    let (segment, marker) = last_marker(dir.path());
+    overwrite(&segment, marker, &[0; MARKER_RECORD_LEN]);
+    fails_with_corruption(&follower, asked, &[segment.display().to_string(), format!("byte {marker}")]);
+}
+
+#[test]
+fn a_follower_whose_accepted_batch_is_rewritten_fails_instead_of_showing_the_new_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    {
+        let writer = Store::open(dir.path(), small()).unwrap();
+        append_numbered(&writer, 0, 19, b"x");
+        writer.close().unwrap();
+    }
+    for segment in segment_files(dir.path()) {
+        std::fs::copy(&segment, other.path().join(segment.file_name().unwrap())).unwrap();
+    }
+    // The same 20th batch, event for event and byte for byte in length, but other data: its
+    // marker lands where the first one was, with the same positions and another checksum.
+    for (store, data) in [(dir.path(), b"a"), (other.path(), b"b")] {
+        let writer = Store::open(store, small()).unwrap();
+        append_numbered(&writer, 19, 20, data);
+        writer.close().unwrap();
+    }
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(follower.head().unwrap(), Position(20));
+    let asked = ask(&follower);
+    let (segment, marker) = last_marker(dir.path());
+    let (rewritten, other_marker) = last_marker(other.path());
+    assert_eq!(marker, other_marker);
+    let batch_start = marker - 200; // well inside the 19 batches both stores share
+    let new_bytes = std::fs::read(&rewritten).unwrap()[batch_start..marker + MARKER_RECORD_LEN].to_vec();
+    overwrite(&segment, batch_start, &new_bytes);
+    fails_with_corruption(&follower, asked, &[segment.display().to_string(), format!("byte {marker}")]);
+}
+
+#[test]
+fn a_follower_fails_when_a_segment_appears_that_does_not_continue_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let writer = Store::open(dir.path(), small()).unwrap();
+        append_numbered(&writer, 0, 20, b"x");
+        writer.close().unwrap();
+    }
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(follower.head().unwrap(), Position(20));
+    let asked = ask(&follower);
+    // A segment a writer would only make after rewinding to position 14 and rolling over.
+    let stray = segment_path(dir.path(), 15);
+    let mut bytes = encode_header(15).to_vec();
+    bytes.resize(4096, 0);
+    std::fs::write(&stray, bytes).unwrap();
+    fails_with_corruption(&follower, asked, &[stray.display().to_string()]);
+}
+
+#[test]
+fn a_follower_switches_to_the_index_files_of_segments_sealed_while_it_watched() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), small()).unwrap();
+    // Opened before the first roll-over: every segment is sealed while it watches.
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    for i in 0..400u32 {
+        let tags = [format!("n:{i}"), format!("k:{}", i % 3)];
+        writer.append(vec![Event::new("N", tags, vec![7; 40])], None).unwrap();
+    }
+    writer.wait_for_sealing();
+    let head = writer.head().unwrap();
+    eventually("the follower to reach the writer's head", || follower.head().unwrap() == head);
+    assert!(segment_files(dir.path()).len() >= 5, "roll-overs happened");
+    eventually("the follower to answer sealed segments from their index files", || {
+        follower.tail_indexed_segments() == 1
+    });
+    for query in [Query::all(), Query::for_tags(["k:1"]), Query::for_tags(["n:123"])] {
+        for backwards in [false, true] {
+            let options = ReadOptions { backwards, ..ReadOptions::default() };
+            let mine = writer.read(&query, options).unwrap().collect_all().unwrap();
+            let theirs = follower.read(&query, options).unwrap().collect_all().unwrap();
+            assert_eq!(theirs, mine, "{query:?} backwards {backwards}");
+        }
+    }
 }

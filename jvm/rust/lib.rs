@@ -156,7 +156,8 @@ impl FfiStore {
         let durability = options.durability.parse::<core::Durability>()?;
         let max_event_bytes = usize::try_from(options.max_event_bytes)
             .map_err(|_| invalid(format!("max_event_bytes is {}; too large", options.max_event_bytes)))?;
-        let options = core::Options { durability, segment_size: options.segment_size, max_event_bytes };
+        let options =
+            core::Options { durability, segment_size: options.segment_size, max_event_bytes, ..core::Options::default() };
         Ok(Arc::new(FfiStore { inner: core::Store::open(path, options)? }))
     }
 

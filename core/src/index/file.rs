@@ -40,7 +40,7 @@ use crate::event::EventView;
 use crate::index::filter::TagFilter;
 use crate::index::postings::{Postings, SortedList};
 use crate::log::format::FRAME_LEN;
-use crate::log::segment::sync_dir;
+use crate::log::segment::{open_with_mode, sync_dir};
 use crate::position::Position;
 
 pub const INDEX_MAGIC: [u8; 8] = *b"LAPIDX\0\0";
@@ -185,12 +185,14 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     out
 }
 
-/// Writes `bytes` as the index file at `path`: a temporary file, fsynced, renamed into place,
-/// then the directory fsynced, so a crash leaves the old state or the whole new file.
-pub fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` as the index file at `path` (with permission bits `mode`): a temporary file,
+/// fsynced, renamed into place, then the directory fsynced, so a crash leaves the old state or
+/// the whole new file.
+pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let tmp = path.with_extension("idx.tmp");
     let result = (|| -> std::io::Result<()> {
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        // A `.tmp` left by a crash is reused: its mode is set again too.
+        let mut file = open_with_mode(&tmp, OpenOptions::new().write(true).create(true).truncate(true), mode)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         crate::fault::crash_point("index.before_rename");

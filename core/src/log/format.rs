@@ -98,6 +98,14 @@ pub fn marker_payload(first: u64, count: u32) -> [u8; MARKER_PAYLOAD_LEN] {
     m
 }
 
+/// The first position and event count of a commit-marker payload (None: not a marker).
+pub fn parse_marker(payload: &[u8]) -> Option<(u64, u32)> {
+    if payload.len() != MARKER_PAYLOAD_LEN || payload[0] != RECORD_KIND_MARKER {
+        return None;
+    }
+    Some((u64::from_le_bytes(payload[1..9].try_into().unwrap()), u32::from_le_bytes(payload[9..13].try_into().unwrap())))
+}
+
 /// File name of the segment whose first event is at `base`: sorting names sorts positions.
 pub fn segment_file_name(base: u64) -> String {
     format!("{base:020}.log")

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::log::format::{encode_header, segment_file_name};
-use crate::log::segment::sync_dir;
+use crate::log::segment::{open_with_mode, sync_dir};
 
 /// The name of the file a segment is prepared under.
 pub const PREPARED_FILE: &str = "next-segment.prepared";
@@ -47,7 +47,8 @@ pub(crate) struct SegmentPreparer {
 }
 
 impl SegmentPreparer {
-    pub fn start(dir: &Path, size: u64) -> Result<SegmentPreparer> {
+    /// Prepares segments of `size` bytes with permission bits `mode`.
+    pub fn start(dir: &Path, size: u64, mode: u32) -> Result<SegmentPreparer> {
         let (requests, incoming) = channel::<()>();
         let (answers, prepared) = channel();
         let cancel = Arc::new(AtomicBool::new(false));
@@ -56,7 +57,7 @@ impl SegmentPreparer {
             .name("lapilli-prepare".into())
             .spawn(move || {
                 for () in incoming {
-                    if answers.send(prepare(&path, size, &stop)).is_err() {
+                    if answers.send(prepare(&path, size, mode, &stop)).is_err() {
                         break;
                     }
                 }
@@ -137,9 +138,10 @@ impl Drop for SegmentPreparer {
 
 /// Writes `size` bytes of zeros to a fresh file at `path` and syncs it. The header is left to
 /// the roll-over (it holds the base).
-fn prepare(path: &Path, size: u64, cancel: &AtomicBool) -> Result<File> {
+fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<File> {
     let cannot = |e: &io::Error| Error::io(format_args!("cannot prepare segment {}", path.display()), e);
-    let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).map_err(|e| cannot(&e))?;
+    let file = open_with_mode(path, OpenOptions::new().read(true).write(true).create(true).truncate(true), mode)
+        .map_err(|e| cannot(&e))?;
     crate::fault::io_point("segment.preallocate").map_err(|e| cannot(&e))?;
     let zeros = vec![0u8; ZERO_CHUNK];
     let mut at = 0u64;

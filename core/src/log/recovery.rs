@@ -4,10 +4,10 @@
 //! (length, chained CRC, decodable) and the run ends in a valid marker whose first position and
 //! count match the run; the first record that fails ends the committed prefix.**
 //!
-//! Followers use the same function to advance over a live segment.
+//! Followers use the same rule (without measuring a torn tail) to advance over a live segment.
 
 use crate::event::{EventView, RECORD_KIND_EVENT};
-use crate::log::format::{FRAME_LEN, MARKER_PAYLOAD_LEN, RECORD_KIND_MARKER, record_crc};
+use crate::log::format::{FRAME_LEN, MARKER_PAYLOAD_LEN, RECORD_KIND_MARKER, parse_marker, record_crc};
 use crate::position::Position;
 
 /// Where a scan stands: the byte offset after the last accepted marker, the chain value there,
@@ -39,17 +39,53 @@ pub struct TornTail {
     pub reason: String,
 }
 
+/// Why the committed prefix ended, before a torn run is measured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Zero bytes or the end of the buffer.
+    Clean,
+    /// Bytes that do not form a committed batch; see [`TornTail`].
+    Torn { positions: Option<(Position, Position)>, reason: String },
+}
+
+/// What a scan found: the committed prefix, and after it a [`Tail`] (measured, from
+/// [`scan_records`]) or a [`Stop`] (not measured, from [`scan_committed`]).
 #[derive(Clone, Debug)]
-pub struct Scan {
+pub struct Scan<T = Tail> {
     /// Byte offset of the frame of every committed event, in position order.
     pub event_offsets: Vec<usize>,
     pub end: ScanPoint,
     pub last_recorded_at: u64,
-    pub tail: Tail,
+    pub tail: T,
 }
 
-/// Scans `bytes` from `start` (a point just after a commit marker or the header).
+/// Scans `bytes` from `start` (a point just after a commit marker or the header) and measures
+/// a torn tail: what the writable open cuts back and every open reports.
 pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
+    scan_committed(bytes, start).measure(bytes)
+}
+
+impl Scan<Stop> {
+    /// Measures the torn run, if the scan stopped at one.
+    pub fn measure(self, bytes: &[u8]) -> Scan {
+        let tail = match self.tail {
+            Stop::Clean => Tail::Clean,
+            Stop::Torn { positions, reason } => Tail::Torn(TornTail {
+                offset: self.end.offset,
+                bytes: torn_extent(bytes, self.end.offset),
+                positions,
+                reason,
+            }),
+        };
+        Scan { event_offsets: self.event_offsets, end: self.end, last_recorded_at: self.last_recorded_at, tail }
+    }
+}
+
+/// The recovery rule alone: the committed prefix from `start`, and why it ended. A torn run is
+/// not measured (that follows its frame lengths through up to the rest of the segment): a
+/// follower polling over a batch still being written only needs to know that nothing new is
+/// committed, and sealing only where the damage starts.
+pub fn scan_committed(bytes: &[u8], start: ScanPoint) -> Scan<Stop> {
     let mut committed = start;
     let mut event_offsets = Vec::new();
     let mut pending: Vec<usize> = Vec::new();
@@ -93,8 +129,8 @@ pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
                 pending.push(offset);
             }
             RECORD_KIND_MARKER if len == MARKER_PAYLOAD_LEN => {
-                let first = u64::from_le_bytes(payload[1..9].try_into().unwrap());
-                let count = u32::from_le_bytes(payload[9..13].try_into().unwrap()) as usize;
+                let (first, count) = parse_marker(payload).expect("kind and length checked");
+                let count = count as usize;
                 if count == 0 || count != pending.len() || first != committed.next_position {
                     break format!(
                         "a commit marker for {count} events from position {first} ends a run of {} events from position {}",
@@ -117,7 +153,7 @@ pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
     };
 
     let tail = if torn_reason.is_empty() {
-        Tail::Clean
+        Stop::Clean
     } else {
         let positions = (!pending.is_empty()).then(|| {
             (
@@ -125,12 +161,7 @@ pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
                 Position(committed.next_position + pending.len() as u64 - 1),
             )
         });
-        Tail::Torn(TornTail {
-            offset: committed.offset,
-            bytes: torn_extent(bytes, committed.offset),
-            positions,
-            reason: torn_reason,
-        })
+        Stop::Torn { positions, reason: torn_reason }
     };
     Scan { event_offsets, end: committed, last_recorded_at, tail }
 }
@@ -142,6 +173,8 @@ pub fn scan_records(bytes: &[u8], start: ScanPoint) -> Scan {
 /// preallocated region (or need no cutting), so the run ends at its last non-zero byte and
 /// zeroing it leaves nothing of the tear behind.
 fn torn_extent(bytes: &[u8], from: usize) -> usize {
+    #[cfg(test)]
+    EXTENTS_MEASURED.with(|n| n.set(n.get() + 1));
     let mut offset = from;
     loop {
         if offset + FRAME_LEN > bytes.len() {
@@ -160,4 +193,10 @@ fn torn_extent(bytes: &[u8], from: usize) -> usize {
         offset += FRAME_LEN + len;
     }
     bytes[from..offset].iter().rposition(|&b| b != 0).map_or(0, |last| last + 1)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many torn runs this thread measured: for tests that show who pays for it.
+    pub(crate) static EXTENTS_MEASURED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }

@@ -1,9 +1,9 @@
 //! Segment files: creation (preallocated, header, fsync file then directory), mapping for
 //! readers, and the writer's handle on the active segment.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, Permissions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -62,8 +62,19 @@ impl MappedSegment {
     }
 }
 
+/// Opens a file that `options` may create, with exactly `mode`: `OpenOptions::mode` keeps it
+/// from ever being wider than `mode` (the umask can only narrow it), and `fchmod` then undoes
+/// any narrowing, since a store shared with a follower's group must stay readable by it
+/// whatever the writer's umask.
+pub fn open_with_mode(path: &Path, options: &mut OpenOptions, mode: u32) -> io::Result<File> {
+    let file = options.mode(mode).open(path)?;
+    file.set_permissions(Permissions::from_mode(mode))?;
+    Ok(file)
+}
+
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
+    crate::fault::io_point("dir.fsync")
+        .and_then(|_| File::open(dir))
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::io(format_args!("cannot fsync directory {}", dir.display()), &e))
 }
@@ -82,12 +93,13 @@ fn preallocate(file: &File, size: u64) -> io::Result<()> {
 /// Creates the segment whose first event will be `base`: preallocates `size` bytes, writes the
 /// header, fsyncs the file and then the directory, so that a crash leaves either no file or a
 /// file whose header is durable before any record is written into it.
-pub fn create_segment(dir: &Path, base: u64, size: u64) -> Result<(File, PathBuf)> {
+pub fn create_segment(dir: &Path, base: u64, size: u64, mode: u32) -> Result<(File, PathBuf)> {
     let path = dir.join(segment_file_name(base));
     let cannot = |e: &io::Error| Error::io(format_args!("cannot create segment {}", path.display()), e);
     // An existing file of that name is someone else's (a live segment, or one a crash left):
     // fail without touching it. Only a file this call created is removed on failure.
-    let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(|e| cannot(&e))?;
+    let file = open_with_mode(&path, OpenOptions::new().read(true).write(true).create_new(true), mode)
+        .map_err(|e| cannot(&e))?;
     let result = (|| -> io::Result<()> {
         crate::fault::io_point("segment.preallocate")?;
         preallocate(&file, size)?;

@@ -1,6 +1,6 @@
 //! Reads: snapshots of the published prefix of the log, and bounded, lazy reads over them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
@@ -36,6 +36,10 @@ pub(crate) struct Published {
     pub sealing: AtomicU64,
     /// Batches of appends written with one write (and one fsync): a statistic for tests.
     pub commit_groups: AtomicU64,
+    /// Why this handle can no longer answer exactly (a follower whose accepted log was
+    /// rewritten under it). Set once; from then on every read, `head()` and subscription fails
+    /// with it rather than answer from bytes that are no longer the log.
+    failure: Arc<OnceLock<Error>>,
 }
 
 impl Published {
@@ -48,6 +52,7 @@ impl Published {
             planner: AtomicU8::new(0),
             sealing: AtomicU64::new(0),
             commit_groups: AtomicU64::new(0),
+            failure: Arc::default(),
         }
     }
 
@@ -67,6 +72,23 @@ impl Published {
         self.notifier.notify();
     }
 
+    /// Fails every later read and subscription with `error` (the first failure stays), and
+    /// wakes the waiters so a blocked consumer sees it instead of waiting for a head that will
+    /// never move.
+    pub fn fail(&self, error: Error) {
+        let _ = self.failure.set(error);
+        self.notifier.notify();
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failure.get().is_some()
+    }
+
+    /// `Err` once the handle has failed.
+    pub fn check(&self) -> Result<()> {
+        self.failure.get().map_or(Ok(()), |e| Err(e.clone()))
+    }
+
     pub fn set_planner(&self, planner: Planner) {
         self.planner.store(planner as u8, Ordering::Relaxed);
     }
@@ -78,7 +100,7 @@ impl Published {
             2 => Planner::ForceScan,
             _ => Planner::Auto,
         };
-        Snapshot { head, segments: self.segments.load_full(), planner }
+        Snapshot { head, segments: self.segments.load_full(), planner, failure: self.failure.clone() }
     }
 }
 
@@ -88,6 +110,9 @@ pub(crate) struct Snapshot {
     pub head: u64,
     segments: Arc<Vec<Arc<SegmentEntry>>>,
     planner: Planner,
+    /// The handle's failure: a walk under way when it is set stops with it, since the bytes
+    /// below its head may no longer be the log it pinned.
+    failure: Arc<OnceLock<Error>>,
 }
 
 impl Snapshot {
@@ -185,6 +210,9 @@ impl Walk {
     }
 
     pub fn next_visit<T>(&mut self, visit: impl FnOnce(&EventView<'_>) -> T) -> Result<Option<(Position, T)>> {
+        if let Some(failure) = self.snapshot.failure.get() {
+            return Err(failure.clone());
+        }
         loop {
             if self.current.is_none() {
                 let Some(i) = self.next_segment else { return Ok(None) };

@@ -144,6 +144,7 @@ impl Subscription {
             if self.ended() {
                 return Ok(None);
             }
+            self.published.check()?;
             let snapshot = self.published.snapshot();
             let head = snapshot.head;
             let mut scanned = self.scanned.load(Ordering::Relaxed);
@@ -168,7 +169,7 @@ impl Subscription {
                 return Ok(Some(batch));
             }
             self.published.notifier.wait(
-                || self.ended() || self.published.head() > scanned,
+                || self.ended() || self.published.failed() || self.published.head() > scanned,
                 deadline,
             );
         }
