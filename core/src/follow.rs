@@ -154,7 +154,16 @@ impl Follower {
                 }
                 continue;
             };
-            let moved = catch_up(active)?;
+            let mut moved = catch_up(active)?;
+            if !moved && runs_past_mapping(active) {
+                // A writer that reopened with a larger `segment_size` grew this segment (it was
+                // empty then) and has written past the size this follower mapped.
+                if let Some(grown) = remap_if_grown(active)? {
+                    self.published.replace_segment(&active.entry, grown.clone());
+                    active.entry = grown;
+                    moved = catch_up(active)?;
+                }
+            }
             self.next_position = active.point.next_position;
             // The writer syncs a segment before it creates the next one and never writes into it
             // again, so once the next exists, one more pass over this one sees all of it.
@@ -261,6 +270,35 @@ impl Follower {
 
 /// Accepts what was committed since the last pass; returns whether there was anything. When
 /// there was not, checks that what was accepted is still there.
+/// Whether the record after the accepted part would end past this mapping (or its frame does
+/// not fit it): only then can the file have grown under us, so only then is it worth a `stat`.
+fn runs_past_mapping(segment: &FollowedSegment) -> bool {
+    let bytes = segment.entry.log.bytes();
+    let at = segment.point.offset;
+    match bytes.get(at..at + FRAME_LEN) {
+        None => true,
+        Some(frame) => u32::from_le_bytes(frame[0..4].try_into().unwrap()) as usize > bytes.len() - at - FRAME_LEN,
+    }
+}
+
+/// A new mapping of `segment` if its file has grown past the current one. Only an empty
+/// segment is ever grown (by a writer that reopened with a larger `segment_size`), and mappings
+/// never change size, so without this the follower would stop at the end of the old size.
+fn remap_if_grown(segment: &FollowedSegment) -> Result<Option<Arc<SegmentEntry>>> {
+    let entry = &segment.entry;
+    let file = OpenOptions::new().read(true).open(&entry.path).map_err(|e| cannot_read(&entry.path, &e))?;
+    let len = file.metadata().map_err(|e| cannot_read(&entry.path, &e))?.len();
+    if len <= entry.log.bytes().len() as u64 {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(SegmentEntry {
+        base: entry.base,
+        path: entry.path.clone(),
+        log: MappedSegment::map(&entry.path, &file)?,
+        index: ArcSwap::from_pointee(SegmentIndex::Tail(segment.tail.clone())),
+    })))
+}
+
 fn catch_up(segment: &mut FollowedSegment) -> Result<bool> {
     let bytes = segment.entry.log.bytes();
     let scan = scan_committed(bytes, segment.point);

@@ -369,3 +369,27 @@ fn a_follower_switches_to_the_index_files_of_segments_sealed_while_it_watched() 
         }
     }
 }
+
+/// A writer that reopens with a larger `segment_size` grows the empty active segment in place
+/// (it cannot roll over onto its own name): a follower that mapped the segment at its old size
+/// must see the records written past that size, not stall at the end of its old mapping.
+#[test]
+fn a_follower_sees_an_empty_segment_grown_by_a_writer_with_a_larger_segment_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let buffered = |segment_size| Options { durability: Durability::Buffered, segment_size, ..Options::default() };
+    Store::open(dir.path(), buffered(4096)).unwrap().close().unwrap();
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    let writer = Store::open(dir.path(), buffered(1 << 20)).unwrap();
+    // First small events inside the old size, which the follower accepts from its old mapping,
+    // then records past it.
+    writer.append(vec![Event::new("Small", ["t"], vec![1u8; 10])], None).unwrap();
+    eventually("the follower sees the first event", || follower.head().unwrap().get() == 1);
+    writer.append(vec![Event::new("Big", ["t"], vec![9u8; 6000])], None).unwrap();
+    writer.append(vec![Event::new("Small", ["t"], vec![2u8; 10])], None).unwrap();
+    eventually("the follower sees every event", || follower.head().unwrap().get() == 3);
+    let events = follower.read(&Query::for_tags(["t"]), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(events.len(), 3);
+    assert_eq!(events[1].data, vec![9u8; 6000]);
+    writer.close().unwrap();
+    follower.close().unwrap();
+}

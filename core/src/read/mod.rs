@@ -66,6 +66,14 @@ impl Published {
         self.segments.store(Arc::new(list));
     }
 
+    /// Puts `new` where `old` is in the segment list (a follower's new mapping of a grown
+    /// segment). A snapshot taken before keeps the old entry.
+    pub fn replace_segment(&self, old: &Arc<SegmentEntry>, new: Arc<SegmentEntry>) {
+        let list: Vec<Arc<SegmentEntry>> =
+            self.segments.load().iter().map(|s| if Arc::ptr_eq(s, old) { new.clone() } else { s.clone() }).collect();
+        self.segments.store(Arc::new(list));
+    }
+
     /// Makes everything up to `head` visible and wakes subscribers (if there are any).
     pub fn publish_head(&self, head: u64) {
         self.head.store(head, Ordering::Release);
