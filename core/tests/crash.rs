@@ -545,3 +545,29 @@ fn each_directory_level_an_open_creates_is_fsynced_in_its_parent() {
     store.append(batch(1, 0), None).unwrap();
     store.close().unwrap();
 }
+
+/// Review finding (durability, `writer/mod.rs` `Writer::run`): with `buffered` durability the
+/// final fsync of `close` is the only one, and `close` promises to report its failure because
+/// it is "the caller's one chance to learn the data is not durable". Once a failed write has
+/// poisoned the writer, `run` returns `Ok(())` without attempting that fsync at all: the appends
+/// acknowledged before the failure are never synced by `close`, and `close` answers `Ok`. Here
+/// the final fsync is armed to fail, so a `close` that tried it would answer `Io`; it answers
+/// `Ok`, which shows it never tried.
+#[test]
+fn close_after_a_poisoning_write_error_still_syncs_or_reports() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let buffered = Options { durability: Durability::Buffered, ..options() };
+    let store = Store::open(dir.path(), buffered).unwrap();
+    store.append(batch(6, 0), None).unwrap(); // acknowledged, not yet synced (buffered)
+    fault::arm("commit.short_write", Fault::Errno(libc_eio()), 0);
+    assert_eq!(store.append(batch(6, 1), None).unwrap_err().kind(), ErrorKind::Io);
+    fault::disarm_all();
+    fault::arm("close.fsync", Fault::Errno(libc_eio()), 0);
+    let closed = store.close();
+    fault::disarm_all();
+    assert!(
+        closed.is_err(),
+        "close answered Ok without syncing the appends it acknowledged before the poisoning write error"
+    );
+}
