@@ -128,3 +128,41 @@ fn a_failed_mapping_after_the_rename_leaves_no_stray_segment() {
     }
     store.close().unwrap();
 }
+
+/// Waits until `check` holds, for at most `secs` seconds; false if it never did.
+fn within(secs: u64, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !check() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    true
+}
+
+/// Hang (`follow.rs`, `runs_past_mapping`): a follower remaps a grown segment only when the
+/// *first* frame after its accepted point does not fit its old mapping. A batch whose first
+/// record fits but whose later records (here the second event, or just its commit marker) end
+/// past the old size fails the recovery rule on the old mapping ("a frame runs past the end"),
+/// so nothing is accepted, `runs_past_mapping` looks at the fitting first frame and says no,
+/// and the follower never remaps: it answers the old head forever (and its subscribers wait
+/// forever). `check_accepted` passes, so it does not even fail.
+#[test]
+fn a_follower_remaps_when_a_later_record_of_the_batch_crosses_its_old_mapping() {
+    let dir = tempfile::tempdir().unwrap();
+    Store::open(dir.path(), buffered(4096)).unwrap().close().unwrap();
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    let writer = Store::open(dir.path(), buffered(1 << 20)).unwrap();
+    // One batch: a small first event inside the old 4096 bytes, a second one past them.
+    writer
+        .append(vec![Event::new("Small", ["t"], vec![1u8; 10]), Event::new("Big", ["t"], vec![9u8; 6000])], None)
+        .unwrap();
+    assert!(
+        within(3, || follower.head().unwrap().get() == 2),
+        "the follower is stuck at head {} (the writer's is 2)",
+        follower.head().unwrap()
+    );
+    writer.close().unwrap();
+    follower.close().unwrap();
+}
