@@ -59,6 +59,8 @@ pub(crate) struct Follower {
     active: Option<FollowedSegment>,
     next_position: u64,
     last_listing: Instant,
+    /// The directory's mtime at the last listing, and when that listing was made.
+    listed: Option<(std::time::SystemTime, std::time::SystemTime)>,
     /// Segments this follower moved past that it still answers from their tail index, with
     /// the base of the segment after each: the writer's sealer publishes their index files a
     /// little later.
@@ -90,6 +92,7 @@ impl Follower {
             active: None,
             next_position: 1,
             last_listing: Instant::now(),
+            listed: None,
             unsealed: Vec::new(),
         };
         if let Some((base, path)) = segments.last().cloned() {
@@ -222,6 +225,17 @@ impl Follower {
     fn check_no_stray_segment(&mut self) -> Result<()> {
         self.last_listing = Instant::now();
         let Some(active) = &mut self.active else { return Ok(()) };
+        // A listing reads every name in the directory; skip it while the directory has not
+        // changed since one. Only an mtime comfortably older than that listing counts as
+        // unchanged: a file made in the same clock tick as the listing leaves the mtime equal.
+        let mtime = std::fs::metadata(&self.dir).and_then(|m| m.modified()).ok();
+        if let (Some(mtime), Some((listed_mtime, listed_at))) = (mtime, self.listed) {
+            let settled = listed_at.duration_since(mtime).is_ok_and(|age| age >= Duration::from_secs(1));
+            if mtime == listed_mtime && settled {
+                return Ok(());
+            }
+        }
+        self.listed = mtime.map(|mtime| (mtime, std::time::SystemTime::now()));
         let segments = list_segments(&self.dir)?;
         let Some((base, path)) = segments.into_iter().find(|(base, _)| *base > active.entry.base) else {
             return Ok(());
@@ -270,14 +284,25 @@ impl Follower {
 
 /// Accepts what was committed since the last pass; returns whether there was anything. When
 /// there was not, checks that what was accepted is still there.
-/// Whether the record after the accepted part would end past this mapping (or its frame does
-/// not fit it): only then can the file have grown under us, so only then is it worth a `stat`.
+/// Whether the records written after the accepted part (followed by their lengths, up to the
+/// first all-zero frame) run past this mapping: only then can the file have grown under us, so
+/// only then is it worth a `stat`. Usually the first frame is zeros and this reads 8 bytes.
 fn runs_past_mapping(segment: &FollowedSegment) -> bool {
     let bytes = segment.entry.log.bytes();
-    let at = segment.point.offset;
-    match bytes.get(at..at + FRAME_LEN) {
-        None => true,
-        Some(frame) => u32::from_le_bytes(frame[0..4].try_into().unwrap()) as usize > bytes.len() - at - FRAME_LEN,
+    let mut at = segment.point.offset;
+    loop {
+        let Some(frame) = bytes.get(at..at + FRAME_LEN) else { return true };
+        if frame.iter().all(|&b| b == 0) {
+            return false;
+        }
+        let len = u32::from_le_bytes(frame[0..4].try_into().unwrap()) as usize;
+        if len == 0 {
+            return false;
+        }
+        match (at + FRAME_LEN).checked_add(len) {
+            Some(end) if end <= bytes.len() => at = end,
+            _ => return true,
+        }
     }
 }
 

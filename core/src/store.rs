@@ -100,6 +100,7 @@ impl Store {
             head,
             last_recorded_at,
             poisoned: None,
+            poisoned_by_sync: false,
         };
         let (queue, incoming) = sync_channel(QUEUE_DEPTH);
         let thread = std::thread::Builder::new()
@@ -323,7 +324,10 @@ impl Store {
     /// A failure of the final fsync is returned (`Io`): with `buffered` durability that fsync is
     /// the only one, so an error there means appends answered `Ok` may not be on disk.
     pub fn close(&self) -> Result<()> {
-        let Some(threads) = self.threads.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        // Held until the end: a second `close` racing this one returns only once this one has
+        // stopped the writer and released the lock, never before the final fsync.
+        let mut running = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(threads) = running.take() else {
             return Ok(());
         };
         let mut outcome = Ok(());

@@ -445,12 +445,10 @@ impl IndexFile {
         tags
     }
 
-    /// How many events carry `tag`, without decoding its list.
-    pub fn tag_count(&self, tag: &str) -> u32 {
-        match self.postings(tag) {
-            Ok(Some(p)) => p.count() as u32,
-            _ => 0,
-        }
+    /// How many events carry `tag`, without decoding its list. Damaged postings are
+    /// `Corruption`, never a count of 0 (which the planner would take for "no match here").
+    pub fn tag_count(&self, tag: &str) -> Result<u32> {
+        Ok(self.postings(tag)?.map_or(0, |p| p.count() as u32))
     }
 }
 

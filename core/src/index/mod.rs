@@ -61,9 +61,9 @@ impl SegmentIndex {
         }
     }
 
-    pub fn tag_count(&self, tag: &str) -> u32 {
+    pub fn tag_count(&self, tag: &str) -> Result<u32> {
         match self {
-            SegmentIndex::Tail(tail) => tail.tag_count(tag),
+            SegmentIndex::Tail(tail) => Ok(tail.tag_count(tag)),
             SegmentIndex::Sealed(file) => file.tag_count(tag),
         }
     }

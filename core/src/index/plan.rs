@@ -233,7 +233,10 @@ fn plan_item(
     if item.tags.is_empty() {
         return Ok(ItemPlan::TypeColumn { type_ids: type_ids.unwrap_or_default() });
     }
-    let mut counted: Vec<(u32, &String)> = item.tags.iter().map(|t| (index.tag_count(t), t)).collect();
+    let mut counted = Vec::with_capacity(item.tags.len());
+    for tag in &item.tags {
+        counted.push((index.tag_count(tag)?, tag));
+    }
     counted.sort();
     let shortest = counted[0].0;
     if shortest == 0 {

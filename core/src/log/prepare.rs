@@ -4,14 +4,13 @@
 //! into each block converts it, so the `fdatasync` of a group commit also has to commit the
 //! filesystem's journal. A prepared segment has every byte written (zeros) and synced before the
 //! writer gets it, so commits into it are pure data syncs; and the roll-over itself is a header
-//! write, one data sync, a rename and a directory sync instead of creating, allocating and
-//! syncing a whole file on the writer's thread.
+//! write, one data sync, a rename and a directory sync instead of creating, allocating, syncing
+//! and mapping a whole file on the writer's thread.
 //!
 //! The next segment's base is only known at roll-over (it is the head + 1 then), so the file is
-//! prepared under a name no segment has ([`PREPARED_FILE`]) and renamed into place with its
-//! header: a crash leaves either no new segment, or one holding zeros after a header that is
-//! durable or not (the first commit into it syncs the header with its batch; a segment of zeros
-//! whose header did not survive is made again by recovery). A prepared file nobody installed is removed when the writer stops, or, after a
+//! prepared under a name no segment has ([`PREPARED_FILE`]) and renamed into place once its
+//! header is durable: a crash leaves either no new segment, or one with a durable header and
+//! zeros after it. A prepared file nobody installed is removed when the writer stops, or, after a
 //! crash, by the next writable open.
 
 use std::fs::{File, OpenOptions};
@@ -24,8 +23,8 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
-use crate::log::format::{encode_header, segment_file_name};
-use crate::log::segment::{open_with_mode, sync_dir};
+use crate::log::format::{HEADER_LEN, encode_header, segment_file_name};
+use crate::log::segment::{MappedSegment, open_with_mode, sync_dir};
 
 /// The name of the file a segment is prepared under.
 pub const PREPARED_FILE: &str = "next-segment.prepared";
@@ -39,7 +38,7 @@ pub(crate) struct SegmentPreparer {
     dir: PathBuf,
     size: u64,
     requests: Option<Sender<()>>,
-    prepared: Receiver<Result<File>>,
+    prepared: Receiver<Result<(File, MappedSegment)>>,
     /// A request is out and its answer not yet taken.
     pending: bool,
     cancel: Arc<AtomicBool>,
@@ -87,39 +86,58 @@ impl SegmentPreparer {
         }
     }
 
-    /// The next segment, named for `base`: waits for the preparation (starting it if nobody
-    /// asked yet), writes the header, renames the file into place and syncs the directory. An error before the rename leaves no segment behind (the next roll-over
+    /// The next segment, named for `base`, with its mapping and its header's CRC (the chain
+    /// seed of its first record): waits for the preparation (starting it if nobody asked yet),
+    /// writes and syncs the header, renames the file into place and syncs the directory. An error before the rename leaves no segment behind (the next roll-over
     /// prepares again); an error after it is returned as `poisoning` (the file exists, and
     /// whether its name is durable is unknown).
-    pub fn install(&mut self, base: u64) -> std::result::Result<(File, PathBuf), InstallError> {
+    pub fn install(&mut self, base: u64) -> std::result::Result<Installed, InstallError> {
         self.request();
         self.pending = false;
         let prepared = self.prepared.recv().map_err(|_| {
             InstallError::Retry(Error::io("the segment preparer stopped", &io::Error::other("stopped")))
         })?;
-        let file = prepared.map_err(InstallError::Retry)?;
+        let (file, log) = prepared.map_err(InstallError::Retry)?;
         let from = self.dir.join(PREPARED_FILE);
         let path = self.dir.join(segment_file_name(base));
         let cannot = |e: &io::Error| Error::io(format_args!("cannot create segment {}", path.display()), e);
         crate::fault::crash_point("segment.before_header");
-        // Not synced on its own: the first commit into the segment syncs it with its batch, and
-        // a crash before that leaves a header-less segment of zeros, which recovery makes again.
-        file.write_all_at(&encode_header(base), 0).map_err(|e| InstallError::Retry(cannot(&e)))?;
+        // Synced before the segment has its name, so the name never stands for a file without a
+        // durable header: one fdatasync does not order the pages it writes, and a first commit
+        // that synced the header along with its batch could leave the batch's second page on
+        // disk and the header's page not (a segment recovery must refuse).
+        let header = encode_header(base);
+        file.write_all_at(&header, 0)
+            .and_then(|_| file.sync_data())
+            .map_err(|e| InstallError::Retry(cannot(&e)))?;
         // Never over an existing file: that would be a live segment.
         if path.exists() {
             return Err(InstallError::Retry(cannot(&io::Error::from(io::ErrorKind::AlreadyExists))));
         }
         std::fs::rename(&from, &path).map_err(|e| InstallError::Retry(cannot(&e)))?;
+        // From here on the file has its segment name: nothing may fail but the directory sync,
+        // which poisons (everything else, the mapping included, was done before the rename).
         sync_dir(&self.dir).map_err(InstallError::Poison)?;
-        Ok((file, path))
+        let header_crc = u32::from_le_bytes(header[HEADER_LEN - 4..].try_into().unwrap());
+        Ok(Installed { file, path, log, header_crc })
     }
+}
+
+/// A segment the writer can roll over into.
+pub(crate) struct Installed {
+    pub file: File,
+    pub path: PathBuf,
+    pub log: MappedSegment,
+    /// The CRC of its header, which seeds its first record's.
+    pub header_crc: u32,
 }
 
 /// Why a roll-over could not take its prepared segment.
 pub(crate) enum InstallError {
     /// Nothing is left behind; a later roll-over may succeed.
     Retry(Error),
-    /// The segment file exists but its directory entry may not be durable: stop writing.
+    /// The segment file exists but its directory entry may not be durable: stop writing (what
+    /// is already acknowledged is in the previous segment, synced before the roll-over).
     Poison(Error),
 }
 
@@ -138,7 +156,8 @@ impl Drop for SegmentPreparer {
 
 /// Writes `size` bytes of zeros to a fresh file at `path` and syncs it. The header is left to
 /// the roll-over (it holds the base).
-fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<File> {
+/// Also maps the file, so that the roll-over has nothing left to fail after the rename.
+fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<(File, MappedSegment)> {
     let cannot = |e: &io::Error| Error::io(format_args!("cannot prepare segment {}", path.display()), e);
     let file = open_with_mode(path, OpenOptions::new().read(true).write(true).create(true).truncate(true), mode)
         .map_err(|e| cannot(&e))?;
@@ -166,5 +185,6 @@ fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<Fil
         at += len as u64;
     }
     file.sync_all().map_err(|e| cannot(&e))?;
-    Ok(file)
+    let log = MappedSegment::map(path, &file)?;
+    Ok((file, log))
 }

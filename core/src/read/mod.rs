@@ -155,6 +155,8 @@ impl Snapshot {
 
 /// How far ahead of a sequential walk the log is prefetched, and how much at a time.
 const PREFETCH_BYTES: usize = 4 << 20;
+/// Events a walk yields from a segment before it starts prefetching.
+const PREFETCH_AFTER: u32 = 64;
 
 /// Keeps `PREFETCH_BYTES` ahead of a sequential walk at `offset` prefetched (behind it, for a
 /// backward walk); returns the new far end of the prefetched range.
@@ -198,6 +200,8 @@ pub(crate) struct Walk {
     next_segment: Option<usize>,
     /// A condition check: builds sealed segments' tag filters on first use.
     build_filters: bool,
+    /// Events this walk has yielded from the current segment.
+    in_segment: u32,
 }
 
 impl Walk {
@@ -205,7 +209,7 @@ impl Walk {
         let high = high.min(snapshot.head);
         let next_segment = (low <= high && low >= 1)
             .then(|| if backwards { snapshot.segment_of(high) } else { snapshot.segment_of(low) });
-        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, next_segment, build_filters: false }
+        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, next_segment, build_filters: false, in_segment: 0 }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -247,6 +251,7 @@ impl Walk {
                     self.build_filters,
                 )?;
                 self.prefetched = None;
+                self.in_segment = 0;
                 self.current = Some((i, index, walk));
             }
             let (i, index, walk) = self.current.as_mut().expect("set above");
@@ -254,7 +259,11 @@ impl Walk {
             let access = SegmentAccess { base: entry.base, log: entry.log.bytes(), index: index };
             match walk.next(&access)? {
                 Some(rel) => {
-                    if walk.is_sequential() {
+                    self.in_segment += 1;
+                    // Only a walk that has gone some way is worth read-ahead: a subscription
+                    // resumed for one event at a time would otherwise pay two `mincore` calls
+                    // an event.
+                    if self.in_segment > PREFETCH_AFTER && walk.is_sequential() {
                         self.prefetched = prefetch(&entry.log, index.offset(rel) as usize, self.backwards, self.prefetched);
                     }
                     let event = access.event(rel)?;

@@ -14,8 +14,8 @@ use crate::event::{EventView, RECORDED_AT_OFFSET};
 use crate::log::format::{FRAME_LEN, MARKER_RECORD_LEN, marker_payload, seal_frame};
 use crate::index::SegmentIndex;
 use crate::index::tail::TailIndex;
-use crate::log::prepare::{InstallError, SegmentPreparer};
-use crate::log::segment::{ActiveSegment, MappedSegment};
+use crate::log::prepare::{InstallError, Installed, SegmentPreparer};
+use crate::log::segment::ActiveSegment;
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::append::{AppendCondition, AppendResult};
@@ -83,6 +83,9 @@ pub(crate) struct Writer {
     pub last_recorded_at: u64,
     /// Set by a failed fsync; see `fail_sync`.
     pub poisoned: Option<Error>,
+    /// The poisoning was a failed fsync: what was acknowledged since the last good one (with
+    /// `buffered` durability) may not be on disk, and no later fsync can be trusted to say.
+    pub poisoned_by_sync: bool,
 }
 
 fn now_micros() -> u64 {
@@ -116,8 +119,16 @@ impl Writer {
             }
         }
         // Whatever is still queued is dropped here, answering `Closed`.
-        if self.poisoned.is_some() {
-            return Ok(());
+        if let Some(poison) = &self.poisoned {
+            if self.poisoned_by_sync && self.durability == Durability::Buffered {
+                return Err(poison.clone());
+            }
+            if self.poisoned_by_sync {
+                // Every acknowledged append was synced before the failed fsync.
+                return Ok(());
+            }
+            // Poisoned by a failed write: what was acknowledged before it still needs its
+            // final fsync (with `buffered` durability it has had none).
         }
         crate::fault::io_point("close.fsync").and_then(|_| self.active.sync_data()).map_err(|e| {
             Error::io(format_args!("final fsync of {} failed", self.active.path.display()), &e)
@@ -312,6 +323,7 @@ impl Writer {
             e,
         );
         self.poisoned = Some(err.clone());
+        self.poisoned_by_sync = true;
         fail_all(answers, &err);
     }
 
@@ -335,7 +347,7 @@ impl Writer {
             return Err(self.poisoned.clone().expect("just poisoned"));
         }
         let base = self.head + 1;
-        let (file, path) = match self.next_segment.install(base) {
+        let installed = match self.next_segment.install(base) {
             Ok(installed) => installed,
             Err(InstallError::Retry(err)) => return Err(err),
             Err(InstallError::Poison(err)) => {
@@ -347,8 +359,7 @@ impl Writer {
                 return Err(err);
             }
         };
-        let log = MappedSegment::map(&path, &file)?;
-        let chain = crate::log::format::decode_header(log.bytes())?.crc;
+        let Installed { file, path, log, header_crc: chain } = installed;
         let index = Arc::new(TailIndex::new());
         let entry = Arc::new(SegmentEntry {
             base,
