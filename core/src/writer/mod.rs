@@ -115,7 +115,8 @@ pub(crate) struct Writer {
     pub active_entry: Arc<SegmentEntry>,
     pub active_index: Arc<TailIndex>,
     /// Where sealed segments go to have their index file built, off this thread.
-    pub sealer: std::sync::mpsc::Sender<Arc<SegmentEntry>>,
+    /// With each segment, the base of the one after it: where its committed events must end.
+    pub sealer: std::sync::mpsc::Sender<(Arc<SegmentEntry>, u64)>,
     pub segment_size: u64,
     pub durability: Durability,
     /// Last committed position.
@@ -372,7 +373,7 @@ impl Writer {
         self.active_index = index;
         // The sealer builds the index file; until it publishes it, readers use the tail index.
         self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.sealer.send(sealed);
+        let _ = self.sealer.send((sealed, base));
         self.active = ActiveSegment {
             file,
             path,
