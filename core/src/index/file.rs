@@ -26,7 +26,7 @@
 //! 3 = dense list (at least one event in 32 carries the tag), payload the blob offset of: u32
 //!     count, ceil(events / 8) bitmap bytes, bit i (LSB first) = relative position i.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -89,23 +89,22 @@ fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
 /// first appearance.
 pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     let count = contents.events.len();
-    let mut type_ids: Vec<&str> = Vec::new();
+    // Ids by name for the lookups, names by id for the dictionary's order (first appearance).
+    let mut type_ids: HashMap<&str, u32> = HashMap::new();
+    let mut type_names: Vec<&str> = Vec::new();
     let mut type_column: Vec<u32> = Vec::with_capacity(count);
     let mut tags: BTreeMap<&[u8], Vec<u32>> = BTreeMap::new();
     for (rel, (_, event)) in contents.events.iter().enumerate() {
-        let id = match type_ids.iter().position(|t| *t == event.event_type) {
-            Some(id) => id,
-            None => {
-                type_ids.push(event.event_type);
-                type_ids.len() - 1
-            }
-        };
-        type_column.push(id as u32);
+        let id = *type_ids.entry(event.event_type).or_insert_with(|| {
+            type_names.push(event.event_type);
+            type_names.len() as u32 - 1
+        });
+        type_column.push(id);
         for tag in event.tags() {
             tags.entry(tag.as_bytes()).or_default().push(rel as u32);
         }
     }
-    let wide = type_ids.len() > u16::MAX as usize + 1;
+    let wide = type_names.len() > u16::MAX as usize + 1;
 
     let mut out = vec![0u8; INDEX_HEADER_LEN];
     let offsets_at = out.len();
@@ -121,8 +120,8 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
         }
     }
     let type_dict_at = out.len();
-    out.extend_from_slice(&(type_ids.len() as u32).to_le_bytes());
-    for name in &type_ids {
+    out.extend_from_slice(&(type_names.len() as u32).to_le_bytes());
+    for name in &type_names {
         out.push(name.len() as u8);
         out.extend_from_slice(name.as_bytes());
     }
@@ -221,7 +220,8 @@ pub struct IndexFile {
     wide_types: bool,
     offsets_at: usize,
     types_at: usize,
-    type_names: Vec<String>,
+    /// Segment-local type id by name: a query asks by name, per item and segment.
+    type_ids: HashMap<Box<str>, u32>,
     fst: fst::Map<MappedRange>,
     postings_at: usize,
     postings_end: usize,
@@ -306,14 +306,17 @@ impl IndexFile {
             .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
             .ok_or_else(|| Error::corruption("type dictionary is truncated"))?;
         at += 4;
-        let mut type_names = Vec::with_capacity(names.min(1 << 16) as usize);
-        for _ in 0..names {
+        let mut type_ids = HashMap::with_capacity(names.min(1 << 16) as usize);
+        for id in 0..names {
             let len = *dict.get(at).ok_or_else(|| Error::corruption("type dictionary is truncated"))? as usize;
             let name = dict
                 .get(at + 1..at + 1 + len)
                 .and_then(|b| std::str::from_utf8(b).ok())
                 .ok_or_else(|| Error::corruption("type dictionary holds a bad name"))?;
-            type_names.push(name.to_owned());
+            // The encoder never repeats a name; a file that does is not one it wrote.
+            if type_ids.insert(Box::from(name), id).is_some() {
+                return Err(Error::corruption("type dictionary repeats a name"));
+            }
             at += 1 + len;
         }
         let fst = fst::Map::new(MappedRange { map: map.clone(), start: fst_at, end: postings_at })
@@ -325,7 +328,7 @@ impl IndexFile {
             wide_types,
             offsets_at,
             types_at,
-            type_names,
+            type_ids,
             fst,
             postings_at,
             postings_end: file_len,
@@ -338,7 +341,7 @@ impl IndexFile {
     }
 
     pub fn type_id(&self, name: &str) -> Option<u32> {
-        self.type_names.iter().position(|t| t == name).map(|id| id as u32)
+        self.type_ids.get(name).copied()
     }
 
     pub fn type_at(&self, rel: u32) -> u32 {
