@@ -14,15 +14,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-
 use crate::error::{Error, Result};
 use crate::index::SegmentIndex;
 use crate::index::tail::TailIndex;
 use crate::log::format::{HEADER_LEN, segment_file_name};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
-use crate::log::segment::{MappedSegment, check_header};
-use crate::open::{index_scanned, list_segments, load_sealed};
+use crate::log::segment::{FileBytes, check_header};
+use crate::open::{Rebuilds, gap, index_scanned, list_segments, load_sealed};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::open::RecoveryReport;
@@ -65,24 +63,22 @@ impl Follower {
         }
         let mut report = RecoveryReport::default();
         let mut follower = Follower { dir: dir.to_owned(), published, active: None, next_position: 1 };
-        if let Some((base, path)) = segments.last().cloned() {
-            let (next_position, _) = load_sealed(&segments, &follower.published, &mut report)?;
-            if base != next_position {
-                return Err(Error::corruption(format!(
-                    "segment {} starts at position {base}; the log before it ends at {}",
-                    path.display(),
-                    next_position - 1
-                )));
+        if let Some((base, path)) = segments.pop() {
+            let sealed = load_sealed(segments, base, Rebuilds::InMemory, &mut report)?;
+            if base != sealed.next_position {
+                return Err(gap(&path, base, sealed.next_position));
             }
-            follower.next_position = next_position;
+            follower.next_position = sealed.next_position;
+            follower.published.add_segments(sealed.into_entries(&mut report)?);
             follower.active = follower.open_segment(base)?;
         }
         follower.advance()?;
         report.segments = follower.published.segments.load().len();
         report.head = Position(follower.published.head());
         if let Some(active) = &follower.active {
-            report.scanned_log_bytes += active.entry.log.bytes().len() as u64;
-            if let Tail::Torn(torn) = scan_records(active.entry.log.bytes(), active.point).tail {
+            let log = active.entry.log.bytes()?;
+            report.scanned_log_bytes += log.len() as u64;
+            if let Tail::Torn(torn) = scan_records(log, active.point).tail {
                 report.torn_tail = Some(torn);
             }
         }
@@ -94,15 +90,10 @@ impl Follower {
     fn open_segment(&self, base: u64) -> Result<Option<FollowedSegment>> {
         let path = self.dir.join(segment_file_name(base));
         let Ok(file) = OpenOptions::new().read(true).open(&path) else { return Ok(None) };
-        let log = MappedSegment::map(&path, &file)?;
-        let Ok(chain) = check_header(log.bytes(), base, &path) else { return Ok(None) };
+        let log = FileBytes::map(&path, &file)?;
+        let Ok(chain) = check_header(&log, base, &path) else { return Ok(None) };
         let tail = Arc::new(TailIndex::new());
-        let entry = Arc::new(SegmentEntry {
-            base,
-            path,
-            log,
-            index: ArcSwap::from_pointee(SegmentIndex::Tail(tail.clone())),
-        });
+        let entry = Arc::new(SegmentEntry::loaded(base, path, log, SegmentIndex::Tail(tail.clone())));
         self.published.add_segment(entry.clone());
         Ok(Some(FollowedSegment {
             entry,
@@ -164,7 +155,7 @@ impl Follower {
 }
 
 fn accept(segment: &mut FollowedSegment) -> Result<()> {
-    let bytes = segment.entry.log.bytes();
+    let bytes = segment.entry.log.bytes()?;
     let scan = scan_records(bytes, segment.point);
     if scan.event_offsets.is_empty() {
         return Ok(());

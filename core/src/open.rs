@@ -9,8 +9,6 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventView;
 use crate::index::SegmentIndex;
@@ -19,7 +17,7 @@ use crate::index::seal;
 use crate::index::tail::TailIndex;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, parse_segment_file_name};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
-use crate::log::segment::{ActiveSegment, MappedSegment, check_header, create_segment, sync_dir};
+use crate::log::segment::{ActiveSegment, FileBytes, check_header, create_segment, sync_dir};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::log::recovery::TornTail;
@@ -39,6 +37,10 @@ pub struct RecoveryReport {
     pub rebuilt_indexes: Vec<PathBuf>,
     /// Log bytes read at open: the active segment, plus any segment whose index was rebuilt.
     pub scanned_log_bytes: u64,
+    /// Index bytes whose checksum open verified: those of indexes it keeps in memory. An index
+    /// file found in place has only its header read at open; its body is verified by the first
+    /// read that uses its segment.
+    pub verified_index_bytes: u64,
 }
 
 const LOCK_FILE: &str = "LOCK";
@@ -91,52 +93,137 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// Publishes every segment but the last as sealed, answered by its index file, or by an index
-/// rebuilt in memory from the segment when the file is missing, damaged or mismatched. Returns
-/// the position after the sealed segments and the rebuilt files' bytes (for the caller to write
-/// once the whole open has succeeded, if it may write at all).
-pub(crate) fn load_sealed(
-    segments: &[(u64, PathBuf)],
-    published: &Published,
-    report: &mut RecoveryReport,
-) -> Result<(u64, Vec<(PathBuf, Vec<u8>)>)> {
-    let mut next_position = 1u64;
-    let mut rebuilt: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    for pair in segments.windows(2) {
-        let [(base, path), (next_base, _)] = pair else { unreachable!() };
-        let (base, next_base) = (*base, *next_base);
-        if base != next_position {
-            return Err(gap(path, base, next_position));
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .open(path)
-            .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
-        let log = MappedSegment::map(path, &file)?;
-        let index = match IndexFile::open(&index_path(path), base) {
-            // Matched without reading the log: the next segment's base, and the log's length.
-            Ok(index) if base + index.count == next_base && index.log_end <= log.bytes().len() as u64 => index,
-            _ => {
-                let bytes = seal::encode(log.bytes(), base, next_base, path)?;
-                report.scanned_log_bytes += log.bytes().len() as u64;
-                let index = IndexFile::from_bytes(&bytes, base)?;
-                rebuilt.push((index_path(path), bytes));
-                index
-            }
-        };
-        next_position = next_base;
-        log.advise_point_reads();
-        published.add_segment(Arc::new(SegmentEntry {
-            base,
-            path: path.clone(),
-            log,
-            index: ArcSwap::from_pointee(SegmentIndex::Sealed(Arc::new(index))),
-        }));
-    }
-    Ok((next_position, rebuilt))
+/// What open does with an index it had to rebuild.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rebuilds {
+    /// Write it (a writable open).
+    Write,
+    /// Keep it in memory (a follower never writes).
+    InMemory,
 }
 
-fn gap(path: &Path, base: u64, next_position: u64) -> Error {
+/// A sealed segment as open found it.
+enum SealedSegment {
+    /// Ready to publish: its index file is in place (header checked), or its index is in memory.
+    Ready(Arc<SegmentEntry>),
+    /// Its index was rebuilt and written under a temporary name, to be renamed into place once
+    /// the open has succeeded.
+    Written(Box<WrittenIndex>),
+}
+
+struct WrittenIndex {
+    base: u64,
+    path: PathBuf,
+    tmp: PathBuf,
+}
+
+/// The sealed segments open found, not yet published. Index files rebuilt for them wait under
+/// their temporary names until the open has succeeded ([`LoadedSealed::into_entries`]); if it
+/// is refused, dropping this removes them, so a refused open changes no file.
+pub(crate) struct LoadedSealed {
+    segments: Vec<SealedSegment>,
+    /// The position after the last sealed segment.
+    pub next_position: u64,
+}
+
+impl Drop for LoadedSealed {
+    fn drop(&mut self) {
+        for segment in &self.segments {
+            if let SealedSegment::Written(written) = segment {
+                let _ = fs::remove_file(&written.tmp);
+            }
+        }
+    }
+}
+
+impl LoadedSealed {
+    /// Renames the rebuilt index files into place and returns the entries to publish, in
+    /// position order.
+    pub fn into_entries(mut self, report: &mut RecoveryReport) -> Result<Vec<Arc<SegmentEntry>>> {
+        let segments = std::mem::take(&mut self.segments);
+        let mut renamed_in = None;
+        let mut entries = Vec::with_capacity(segments.len() + 1);
+        for segment in segments {
+            let entry = match segment {
+                SealedSegment::Ready(entry) => entry,
+                SealedSegment::Written(written) => {
+                    let WrittenIndex { base, path, tmp } = *written;
+                    let target = index_path(&path);
+                    index_file::install(&tmp, &target)?;
+                    renamed_in = target.parent().map(Path::to_path_buf);
+                    let index = IndexFile::open(&target, base)?;
+                    Arc::new(SegmentEntry::sealed(base, path, index))
+                }
+            };
+            if let SegmentIndex::Sealed(index) = &**entry.index.load() {
+                report.verified_index_bytes += index.verified_bytes();
+            }
+            entries.push(entry);
+        }
+        if let Some(dir) = renamed_in {
+            // The renamed files serve this handle either way; if a crash loses a rename, the
+            // next open rebuilds that index again.
+            let _ = sync_dir(&dir);
+        }
+        Ok(entries)
+    }
+}
+
+/// Finds the sealed segments `sealed` (every segment but the last, whose base is `end`), each
+/// answered by its index file, or by an index rebuilt from the segment when the file is missing,
+/// damaged or mismatched (written as it is rebuilt, under its temporary name, or kept in
+/// memory: see [`Rebuilds`]). Reads the header of each index file and nothing of the logs,
+/// except those whose index it rebuilds.
+pub(crate) fn load_sealed(
+    sealed: Vec<(u64, PathBuf)>,
+    end: u64,
+    rebuilds: Rebuilds,
+    report: &mut RecoveryReport,
+) -> Result<LoadedSealed> {
+    let mut loaded = LoadedSealed { segments: Vec::with_capacity(sealed.len()), next_position: 1 };
+    let next_bases: Vec<u64> = sealed.iter().skip(1).map(|(base, _)| *base).chain([end]).collect();
+    for ((base, path), next_base) in sealed.into_iter().zip(next_bases) {
+        if base != loaded.next_position {
+            return Err(gap(&path, base, loaded.next_position));
+        }
+        let log_len = fs::metadata(&path)
+            .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?
+            .len();
+        let segment = match IndexFile::open(&index_path(&path), base) {
+            // Matched without reading the log: the next segment's base, and the log's length.
+            Ok(index) if base + index.count == next_base && index.log_end <= log_len => {
+                SealedSegment::Ready(Arc::new(SegmentEntry::sealed(base, path, index)))
+            }
+            _ => rebuild(path, base, next_base, rebuilds, report)?,
+        };
+        loaded.segments.push(segment);
+        loaded.next_position = next_base;
+    }
+    Ok(loaded)
+}
+
+/// Rebuilds the index of a sealed segment from its log; its bytes are written or kept, never
+/// both, so a store whose every index is rebuilt does not hold them all at once.
+fn rebuild(path: PathBuf, base: u64, next_base: u64, rebuilds: Rebuilds, report: &mut RecoveryReport) -> Result<SealedSegment> {
+    let target = index_path(&path);
+    let bytes = encode_from_log(&path, base, next_base, report)?;
+    report.rebuilt_indexes.push(target.clone());
+    if rebuilds == Rebuilds::Write {
+        let tmp = index_file::write_temporary(&target, &bytes)?;
+        return Ok(SealedSegment::Written(Box::new(WrittenIndex { base, path, tmp })));
+    }
+    let index = IndexFile::from_bytes(&target, bytes, base)?;
+    Ok(SealedSegment::Ready(Arc::new(SegmentEntry::sealed(base, path, index))))
+}
+
+/// Scans a sealed segment's log and encodes its index; the log's bytes are let go after.
+fn encode_from_log(path: &Path, base: u64, next_base: u64, report: &mut RecoveryReport) -> Result<Vec<u8>> {
+    let log = FileBytes::load_sealed(path)?;
+    report.scanned_log_bytes += log.len() as u64;
+    seal::encode(&log, base, next_base, path)
+}
+
+pub(crate) fn gap(path: &Path, base: u64, next_position: u64) -> Error {
     Error::corruption(format!(
         "segment {} starts at position {base}; the log before it ends at {}",
         path.display(),
@@ -170,13 +257,12 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         segments = list_segments(dir)?;
     }
     let count = segments.len();
-    let (sealed, rebuilt) = load_sealed(&segments, published, &mut report)?;
-    let next_position = sealed;
     let (base, path) = segments.pop().expect("at least one segment");
+    let sealed = load_sealed(segments, base, Rebuilds::Write, &mut report)?;
+    let next_position = sealed.next_position;
     if base != next_position {
         return Err(gap(&path, base, next_position));
     }
-    // Written only once the whole log has recovered: a refused open changes nothing.
     let open = |path: &Path| {
         OpenOptions::new()
             .read(true)
@@ -185,12 +271,12 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))
     };
     let mut file = open(&path)?;
-    let mut log = MappedSegment::map(&path, &file)?;
-    let header_crc = match check_header(log.bytes(), base, &path) {
+    let mut log = FileBytes::map(&path, &file)?;
+    let header_crc = match check_header(&log, base, &path) {
         Ok(crc) => crc,
         // A file shorter than a header, or with nothing but zeros after it, has had no record
         // written into it.
-        Err(_) if log.bytes().get(HEADER_LEN..).unwrap_or_default().iter().all(|&b| b == 0) => {
+        Err(_) if log.get(HEADER_LEN..).unwrap_or_default().iter().all(|&b| b == 0) => {
             // Creation was interrupted before the header was durable, so no record can have
             // been written into it: make it again.
             drop(log);
@@ -200,13 +286,13 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             create_segment(dir, base, options.segment_size)?;
             report.recreated_segment = Some(path.clone());
             file = open(&path)?;
-            log = MappedSegment::map(&path, &file)?;
-            check_header(log.bytes(), base, &path)?
+            log = FileBytes::map(&path, &file)?;
+            check_header(&log, base, &path)?
         }
         Err(err) => return Err(err),
     };
-    let scan = scan_records(log.bytes(), ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
-    report.scanned_log_bytes += log.bytes().len() as u64;
+    let scan = scan_records(&log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
+    report.scanned_log_bytes += log.len() as u64;
     if let Tail::Torn(torn) = &scan.tail {
         // Zero the torn run so the tail reads clean. The chained CRC already keeps any byte we
         // miss from being adopted by a later batch.
@@ -215,20 +301,13 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             .map_err(|e| Error::io(format_args!("cannot cut back {}", path.display()), &e))?;
         report.torn_tail = Some(torn.clone());
     }
-    for (path, bytes) in rebuilt {
-        index_file::write(&path, &bytes)?;
-        report.rebuilt_indexes.push(path);
-    }
     let tail = Arc::new(TailIndex::new());
-    index_scanned(&tail, log.bytes(), base, 0, &scan.event_offsets)?;
-    let capacity = log.bytes().len() as u64;
-    let entry = Arc::new(SegmentEntry {
-        base,
-        path: path.clone(),
-        log,
-        index: ArcSwap::from_pointee(SegmentIndex::Tail(tail.clone())),
-    });
-    published.add_segment(entry.clone());
+    index_scanned(&tail, &log, base, 0, &scan.event_offsets)?;
+    let mut entries = sealed.into_entries(&mut report)?;
+    let capacity = log.len() as u64;
+    let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), log, SegmentIndex::Tail(tail.clone())));
+    entries.push(entry.clone());
+    published.add_segments(entries);
     report.segments = count;
     report.head = Position(scan.end.next_position - 1);
     Ok(Recovered {

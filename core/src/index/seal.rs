@@ -41,7 +41,8 @@ pub(crate) fn encode(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> 
     Ok(file::encode(&contents))
 }
 
-/// Encodes, writes (durably) and maps the index file of a sealed segment.
+/// Encodes and writes (durably) the index file of a sealed segment, and opens it: like an
+/// index file found at open, its body is verified by the first read that uses it.
 pub(crate) fn build(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> Result<IndexFile> {
     let bytes = encode(log, base, next_base, log_path)?;
     let path = index_path(log_path);
@@ -50,16 +51,18 @@ pub(crate) fn build(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> R
 }
 
 /// The sealer thread: builds each handed-over segment's index file (the writer hands over the
-/// base of the segment it rolled over to with it) and publishes it in place of the tail index. A failure is reported and leaves the tail index in use; the next open
-/// rebuilds the file.
+/// base of the segment it rolled over to with it) and publishes it in place of the tail index.
+/// A failure is reported and leaves the tail index in use; the next open rebuilds the file.
 pub(crate) fn run(queue: Receiver<(Arc<SegmentEntry>, u64)>, published: Arc<Published>) {
     for (entry, next_base) in queue {
-        match build(entry.log.bytes(), entry.base, next_base, &entry.path) {
-            Ok(file) => {
-                entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(file))));
-                entry.log.advise_point_reads();
-            }
-            Err(e) => eprintln!("lapilli: cannot build the index of {}: {e}", entry.path.display()),
+        let sealed = entry.log.bytes().and_then(|log| {
+            let file = build(log, entry.base, next_base, entry.log.path())?;
+            entry.index.store(Arc::new(SegmentIndex::Sealed(file)));
+            log.advise_point_reads();
+            Ok(())
+        });
+        if let Err(e) = sealed {
+            eprintln!("lapilli: cannot build the index of {}: {e}", entry.log.path().display());
         }
         published.sealing.fetch_sub(1, Ordering::AcqRel);
     }

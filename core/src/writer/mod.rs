@@ -15,7 +15,7 @@ use crate::event::{EventView, RECORDED_AT_OFFSET};
 use crate::log::format::{FRAME_LEN, MARKER_RECORD_LEN, marker_payload, seal_frame};
 use crate::index::SegmentIndex;
 use crate::index::tail::TailIndex;
-use crate::log::segment::{ActiveSegment, MappedSegment, create_segment};
+use crate::log::segment::{ActiveSegment, FileBytes, create_segment};
 use crate::position::Position;
 use crate::query::{Query, QueryItem};
 use crate::read::{Published, SegmentEntry};
@@ -359,15 +359,10 @@ impl Writer {
         }
         let base = self.head + 1;
         let (file, path) = create_segment(&self.dir, base, self.segment_size)?;
-        let log = MappedSegment::map(&path, &file)?;
-        let chain = crate::log::format::decode_header(log.bytes())?.crc;
+        let log = FileBytes::map(&path, &file)?;
+        let chain = crate::log::format::decode_header(&log)?.crc;
         let index = Arc::new(TailIndex::new());
-        let entry = Arc::new(SegmentEntry {
-            base,
-            path: path.clone(),
-            log,
-            index: arc_swap::ArcSwap::from_pointee(SegmentIndex::Tail(index.clone())),
-        });
+        let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), log, SegmentIndex::Tail(index.clone())));
         self.published.add_segment(entry.clone());
         let sealed = std::mem::replace(&mut self.active_entry, entry);
         self.active_index = index;
