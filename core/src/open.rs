@@ -35,6 +35,10 @@ pub struct RecoveryReport {
     pub recreated_segment: Option<PathBuf>,
     /// Index files that were missing, damaged or mismatched and were rebuilt from their log.
     pub rebuilt_indexes: Vec<PathBuf>,
+    /// Rebuilt index files that could not be written, with the error. Their indexes are kept in
+    /// memory by this handle (an index is derived data, so the store opens anyway), and the
+    /// next open rebuilds them again.
+    pub unwritten_indexes: Vec<(PathBuf, String)>,
     /// Log bytes read at open: the active segment, plus any segment whose index was rebuilt.
     pub scanned_log_bytes: u64,
     /// Index bytes whose checksum open verified: those of indexes it keeps in memory. An index
@@ -96,7 +100,7 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// What open does with an index it had to rebuild.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Rebuilds {
-    /// Write it (a writable open).
+    /// Write it (a writable open); keep it in memory only if it cannot be written.
     Write,
     /// Keep it in memory (a follower never writes).
     InMemory,
@@ -113,6 +117,7 @@ enum SealedSegment {
 
 struct WrittenIndex {
     base: u64,
+    next_base: u64,
     path: PathBuf,
     tmp: PathBuf,
 }
@@ -138,7 +143,8 @@ impl Drop for LoadedSealed {
 
 impl LoadedSealed {
     /// Renames the rebuilt index files into place and returns the entries to publish, in
-    /// position order.
+    /// position order. An index whose file cannot be put in place is rebuilt again and kept in
+    /// memory: it is derived data, so the report says which and why, and the store opens.
     pub fn into_entries(mut self, report: &mut RecoveryReport) -> Result<Vec<Arc<SegmentEntry>>> {
         let segments = std::mem::take(&mut self.segments);
         let mut renamed_in = None;
@@ -147,11 +153,20 @@ impl LoadedSealed {
             let entry = match segment {
                 SealedSegment::Ready(entry) => entry,
                 SealedSegment::Written(written) => {
-                    let WrittenIndex { base, path, tmp } = *written;
+                    let WrittenIndex { base, next_base, path, tmp } = *written;
                     let target = index_path(&path);
-                    index_file::install(&tmp, &target)?;
-                    renamed_in = target.parent().map(Path::to_path_buf);
-                    let index = IndexFile::open(&target, base)?;
+                    let index = match index_file::install(&tmp, &target).and_then(|()| IndexFile::open(&target, base)) {
+                        Ok(index) => {
+                            renamed_in = target.parent().map(Path::to_path_buf);
+                            index
+                        }
+                        Err(e) => {
+                            let _ = fs::remove_file(&tmp);
+                            report.unwritten_indexes.push((target.clone(), e.to_string()));
+                            let bytes = encode_from_log(&path, base, next_base, report)?;
+                            IndexFile::from_bytes(&target, bytes, base)?
+                        }
+                    };
                     Arc::new(SegmentEntry::sealed(base, path, index))
                 }
             };
@@ -209,8 +224,10 @@ fn rebuild(path: PathBuf, base: u64, next_base: u64, rebuilds: Rebuilds, report:
     let bytes = encode_from_log(&path, base, next_base, report)?;
     report.rebuilt_indexes.push(target.clone());
     if rebuilds == Rebuilds::Write {
-        let tmp = index_file::write_temporary(&target, &bytes)?;
-        return Ok(SealedSegment::Written(Box::new(WrittenIndex { base, path, tmp })));
+        match index_file::write_temporary(&target, &bytes) {
+            Ok(tmp) => return Ok(SealedSegment::Written(Box::new(WrittenIndex { base, next_base, path, tmp }))),
+            Err(e) => report.unwritten_indexes.push((target.clone(), e.to_string())),
+        }
     }
     let index = IndexFile::from_bytes(&target, bytes, base)?;
     Ok(SealedSegment::Ready(Arc::new(SegmentEntry::sealed(base, path, index))))
