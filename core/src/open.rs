@@ -240,6 +240,20 @@ fn encode_from_log(path: &Path, base: u64, next_base: u64, report: &mut Recovery
     seal::encode(&log, base, next_base, path)
 }
 
+/// Temporary index files in `dir`: a crash while an index file was written leaves one behind.
+fn index_temporaries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries =
+        fs::read_dir(dir).map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+        if entry.file_name().to_str().is_some_and(index_file::is_temporary_name) {
+            found.push(entry.path());
+        }
+    }
+    Ok(found)
+}
+
 pub(crate) fn gap(path: &Path, base: u64, next_position: u64) -> Error {
     Error::corruption(format!(
         "segment {} starts at position {base}; the log before it ends at {}",
@@ -273,6 +287,8 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         create_segment(dir, 1, options.segment_size)?;
         segments = list_segments(dir)?;
     }
+    // Listed now and removed once the open has succeeded: a refused open changes no file.
+    let leftover_temporaries = index_temporaries(dir)?;
     let count = segments.len();
     let (base, path) = segments.pop().expect("at least one segment");
     let sealed = load_sealed(segments, base, Rebuilds::Write, &mut report)?;
@@ -321,6 +337,11 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     let tail = Arc::new(TailIndex::new());
     index_scanned(&tail, &log, base, 0, &scan.event_offsets)?;
     let mut entries = sealed.into_entries(&mut report)?;
+    for leftover in leftover_temporaries {
+        // One this open wrote and renamed is gone already; one that cannot be removed (a
+        // directory, say) only makes writing that index fail, which is not fatal either.
+        let _ = fs::remove_file(leftover);
+    }
     let capacity = log.len() as u64;
     let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), log, SegmentIndex::Tail(tail.clone())));
     entries.push(entry.clone());

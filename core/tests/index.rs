@@ -477,3 +477,25 @@ fn an_index_that_cannot_be_written_is_kept_in_memory() {
         store.close().unwrap();
     }
 }
+
+/// A crash while an index file is written leaves its temporary behind. A writable open removes
+/// such leftovers; a read-only handle never writes, so it leaves them.
+#[test]
+fn leftover_index_temporaries_are_removed_by_a_writable_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = filled_store(dir.path());
+    let leftovers = [dir.path().join(format!("{:020}.idx.tmp", 1)), dir.path().join(format!("{:020}.idx.tmp", 99_999))];
+    for leftover in &leftovers {
+        fs::write(leftover, b"half an index").unwrap();
+    }
+    let follower = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap(), all);
+    follower.close().unwrap();
+    assert!(leftovers.iter().all(|l| l.exists()), "a read-only handle removed a file");
+    let store = Store::open(dir.path(), small(4096)).unwrap();
+    assert!(store.recovery().rebuilt_indexes.is_empty(), "{:?}", store.recovery());
+    for leftover in &leftovers {
+        assert!(!leftover.exists(), "{} is still there", leftover.display());
+    }
+    assert_eq!(store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap(), all);
+}

@@ -187,6 +187,11 @@ fn temporary_path(path: &Path) -> PathBuf {
     path.with_extension("idx.tmp")
 }
 
+/// Whether `name` is the temporary name of an index file (a leftover, if no writer is writing it).
+pub fn is_temporary_name(name: &str) -> bool {
+    name.ends_with(".idx.tmp")
+}
+
 /// Writes `bytes` as the index file at `path`: a temporary file, fsynced, renamed into place,
 /// then the directory fsynced, so a crash leaves the old state or the whole new file.
 pub fn write(path: &Path, bytes: &[u8]) -> Result<()> {
