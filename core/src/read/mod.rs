@@ -49,6 +49,9 @@ pub(crate) struct Published {
     pub sealing: AtomicU64,
     /// Batches of appends written with one write (and one fsync): a statistic for tests.
     pub commit_groups: AtomicU64,
+    /// Entries of every segment list stored so far: a statistic for tests (open must build the
+    /// list once, not once per segment).
+    pub listed_segments: AtomicU64,
 }
 
 impl Published {
@@ -61,6 +64,7 @@ impl Published {
             planner: AtomicU8::new(0),
             sealing: AtomicU64::new(0),
             commit_groups: AtomicU64::new(0),
+            listed_segments: AtomicU64::new(0),
         }
     }
 
@@ -77,6 +81,7 @@ impl Published {
     pub fn add_segments(&self, segments: impl IntoIterator<Item = Arc<SegmentEntry>>) {
         let mut list: Vec<Arc<SegmentEntry>> = self.segments.load().iter().cloned().collect();
         list.extend(segments);
+        self.listed_segments.fetch_add(list.len() as u64, Ordering::Relaxed);
         self.segments.store(Arc::new(list));
     }
 
