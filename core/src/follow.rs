@@ -22,8 +22,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
-
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::SegmentIndex;
 use crate::index::tail::TailIndex;
@@ -31,9 +29,9 @@ use crate::log::format::{
     FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, parse_marker, segment_file_name,
 };
 use crate::log::recovery::{ScanPoint, Tail, scan_committed, scan_records};
-use crate::log::segment::{MappedSegment, check_header};
+use crate::log::segment::{FileBytes, check_header};
 use crate::index::file::index_path;
-use crate::open::{cannot_read, index_scanned, list_segments, load_sealed, matching_index_file};
+use crate::open::{Rebuilds, cannot_read, gap, index_scanned, list_segments, load_sealed, matching_index_file};
 use crate::position::Position;
 use crate::read::{Published, SegmentEntry};
 use crate::open::RecoveryReport;
@@ -95,24 +93,22 @@ impl Follower {
             listed: None,
             unsealed: Vec::new(),
         };
-        if let Some((base, path)) = segments.last().cloned() {
-            let (next_position, _) = load_sealed(&segments, &follower.published, &mut report)?;
-            if base != next_position {
-                return Err(Error::corruption(format!(
-                    "segment {} starts at position {base}; the log before it ends at {}",
-                    path.display(),
-                    next_position - 1
-                )));
+        if let Some((base, path)) = segments.pop() {
+            let sealed = load_sealed(segments, base, Rebuilds::InMemory, &mut report)?;
+            if base != sealed.next_position {
+                return Err(gap(&path, base, sealed.next_position));
             }
-            follower.next_position = next_position;
+            follower.next_position = sealed.next_position;
+            follower.published.add_segments(sealed.into_entries(&mut report)?);
             follower.active = follower.open_segment(base)?;
         }
         follower.advance()?;
         report.segments = follower.published.segments.load().len();
         report.head = Position(follower.published.head());
         if let Some(active) = &follower.active {
-            report.scanned_log_bytes += active.entry.log.bytes().len() as u64;
-            if let Tail::Torn(torn) = scan_records(active.entry.log.bytes(), active.point).tail {
+            let log = active.entry.log.bytes()?;
+            report.scanned_log_bytes += log.len() as u64;
+            if let Tail::Torn(torn) = scan_records(log, active.point).tail {
                 report.torn_tail = Some(torn);
             }
         }
@@ -129,15 +125,10 @@ impl Follower {
             // Never taken for "not created yet": that would answer an empty log.
             Err(e) => return Err(cannot_read(&path, &e)),
         };
-        let log = MappedSegment::map(&path, &file)?;
-        let Ok(chain) = check_header(log.bytes(), base, &path) else { return Ok(None) };
+        let log = FileBytes::map(&path, &file)?;
+        let Ok(chain) = check_header(&log, base, &path) else { return Ok(None) };
         let tail = Arc::new(TailIndex::new());
-        let entry = Arc::new(SegmentEntry {
-            base,
-            path,
-            log,
-            index: ArcSwap::from_pointee(SegmentIndex::Tail(tail.clone())),
-        });
+        let entry = Arc::new(SegmentEntry::loaded(base, path, log, SegmentIndex::Tail(tail.clone())));
         self.published.add_segment(entry.clone());
         Ok(Some(FollowedSegment {
             entry,
@@ -204,15 +195,18 @@ impl Follower {
     /// alone: the tail index answers correctly, and the next writer's open rebuilds the file.
     fn adopt_index_files(&mut self) {
         self.unsealed.retain(|(entry, next_base)| {
-            if !index_path(&entry.path).exists() {
+            let path = entry.log.path();
+            if !index_path(path).exists() {
                 return true;
             }
-            match matching_index_file(&entry.path, &entry.log, entry.base, *next_base) {
-                Ok(index) => {
-                    entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(index))));
-                    entry.log.advise_point_reads();
-                }
-                Err(e) => eprintln!("lapilli: follower keeps the in-memory index of {}: {e}", entry.path.display()),
+            let adopted = entry.log.bytes().and_then(|log| {
+                let index = matching_index_file(path, log.len() as u64, entry.base, *next_base)?;
+                entry.index.store(Arc::new(SegmentIndex::Sealed(index)));
+                log.advise_point_reads();
+                Ok(())
+            });
+            if let Err(e) = adopted {
+                eprintln!("lapilli: follower keeps the in-memory index of {}: {e}", path.display());
             }
             false
         });
@@ -255,7 +249,7 @@ impl Follower {
             path.display(),
             self.next_position - 1,
             active.point.offset,
-            active.entry.path.display()
+            active.entry.log.path().display()
         )))
     }
 
@@ -288,7 +282,7 @@ impl Follower {
 /// first all-zero frame) run past this mapping: only then can the file have grown under us, so
 /// only then is it worth a `stat`. Usually the first frame is zeros and this reads 8 bytes.
 fn runs_past_mapping(segment: &FollowedSegment) -> bool {
-    let bytes = segment.entry.log.bytes();
+    let Ok(bytes) = segment.entry.log.bytes() else { return false };
     let mut at = segment.point.offset;
     loop {
         let Some(frame) = bytes.get(at..at + FRAME_LEN) else { return true };
@@ -311,21 +305,18 @@ fn runs_past_mapping(segment: &FollowedSegment) -> bool {
 /// never change size, so without this the follower would stop at the end of the old size.
 fn remap_if_grown(segment: &FollowedSegment) -> Result<Option<Arc<SegmentEntry>>> {
     let entry = &segment.entry;
-    let file = OpenOptions::new().read(true).open(&entry.path).map_err(|e| cannot_read(&entry.path, &e))?;
-    let len = file.metadata().map_err(|e| cannot_read(&entry.path, &e))?.len();
-    if len <= entry.log.bytes().len() as u64 {
+    let path = entry.log.path();
+    let file = OpenOptions::new().read(true).open(path).map_err(|e| cannot_read(path, &e))?;
+    let len = file.metadata().map_err(|e| cannot_read(path, &e))?.len();
+    if len <= entry.log.bytes()?.len() as u64 {
         return Ok(None);
     }
-    Ok(Some(Arc::new(SegmentEntry {
-        base: entry.base,
-        path: entry.path.clone(),
-        log: MappedSegment::map(&entry.path, &file)?,
-        index: ArcSwap::from_pointee(SegmentIndex::Tail(segment.tail.clone())),
-    })))
+    let log = FileBytes::map(path, &file)?;
+    Ok(Some(Arc::new(SegmentEntry::loaded(entry.base, path.to_path_buf(), log, SegmentIndex::Tail(segment.tail.clone())))))
 }
 
 fn catch_up(segment: &mut FollowedSegment) -> Result<bool> {
-    let bytes = segment.entry.log.bytes();
+    let bytes = segment.entry.log.bytes()?;
     let scan = scan_committed(bytes, segment.point);
     if scan.event_offsets.is_empty() {
         check_accepted(segment)?;
@@ -349,7 +340,7 @@ fn check_accepted(segment: &FollowedSegment) -> Result<()> {
         return Ok(());
     }
     let start = point.offset - MARKER_RECORD_LEN;
-    let record = &segment.entry.log.bytes()[start..point.offset];
+    let record = &segment.entry.log.bytes()?[start..point.offset];
     let len = u32::from_le_bytes(record[0..4].try_into().unwrap()) as usize;
     let stored = u32::from_le_bytes(record[4..8].try_into().unwrap());
     let closes = parse_marker(&record[FRAME_LEN..]).map(|(first, count)| first + count as u64);
@@ -360,7 +351,7 @@ fn check_accepted(segment: &FollowedSegment) -> Result<()> {
         "segment {}: the commit marker at byte {start}, which ended the batches up to position {} \
          that this follower accepted, no longer holds what was accepted: the log was cut back or \
          rewritten under it; reopen the handle to follow the log as it is now",
-        segment.entry.path.display(),
+        segment.entry.log.path().display(),
         point.next_position - 1
     )))
 }

@@ -41,8 +41,9 @@ pub fn event(bytes: &[u8]) {
 
 /// An index file: verification, then every lookup over every tag it claims to hold.
 pub fn index_file(bytes: &[u8]) {
-    let Ok(index) = IndexFile::from_bytes(bytes, 1) else { return };
-    let count = index.count.min(1 << 16) as u32;
+    let Ok(file) = IndexFile::from_bytes(std::path::Path::new("fuzz.idx"), bytes.to_vec(), 1) else { return };
+    let index = file.verified().expect("an index built from bytes is verified");
+    let count = index.count().min(1 << 16) as u32;
     for rel in 0..count {
         let _ = index.offset(rel);
         let _ = index.type_at(rel);

@@ -9,8 +9,6 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventView;
 use crate::index::SegmentIndex;
@@ -20,7 +18,7 @@ use crate::index::tail::TailIndex;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, parse_segment_file_name};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
 use crate::log::segment::{
-    ActiveSegment, MappedSegment, check_header, create_segment, drop_cached_pages, grow_empty_segment, open_with_mode,
+    ActiveSegment, FileBytes, check_header, create_segment, drop_cached_pages, grow_empty_segment, open_with_mode,
     sync_dir,
 };
 use crate::position::Position;
@@ -40,8 +38,16 @@ pub struct RecoveryReport {
     pub recreated_segment: Option<PathBuf>,
     /// Index files that were missing, damaged or mismatched and were rebuilt from their log.
     pub rebuilt_indexes: Vec<PathBuf>,
+    /// Rebuilt index files that could not be written, with the error. Their indexes are kept in
+    /// memory by this handle (an index is derived data, so the store opens anyway), and the
+    /// next open rebuilds them again.
+    pub unwritten_indexes: Vec<(PathBuf, String)>,
     /// Log bytes read at open: the active segment, plus any segment whose index was rebuilt.
     pub scanned_log_bytes: u64,
+    /// Index bytes whose checksum open verified: those of indexes it keeps in memory. An index
+    /// file found in place has only its header read at open; its body is verified by the first
+    /// read that uses its segment.
+    pub verified_index_bytes: u64,
 }
 
 const LOCK_FILE: &str = "LOCK";
@@ -152,61 +158,128 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// Publishes every segment but the last as sealed, answered by its index file, or by an index
-/// rebuilt in memory from the segment when the file is missing, damaged or mismatched. Returns
-/// the position after the sealed segments and the rebuilt files' bytes (for the caller to write
-/// once the whole open has succeeded, if it may write at all).
-pub(crate) fn load_sealed(
-    segments: &[(u64, PathBuf)],
-    published: &Published,
-    report: &mut RecoveryReport,
-) -> Result<(u64, Vec<(PathBuf, Vec<u8>)>)> {
-    let mut next_position = 1u64;
-    let mut rebuilt: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    for pair in segments.windows(2) {
-        let [(base, path), (next_base, _)] = pair else { unreachable!() };
-        let (base, next_base) = (*base, *next_base);
-        if base != next_position {
-            return Err(gap(path, base, next_position));
-        }
-        let file = OpenOptions::new().read(true).open(path).map_err(|e| cannot_read(path, &e))?;
-        let log = MappedSegment::map(path, &file)?;
-        let index = match matching_index_file(path, &log, base, next_base) {
-            Ok(index) => index,
-            Err(_) => {
-                let (bytes, end) = seal::encode(log.bytes(), base, path)?;
-                report.scanned_log_bytes += log.bytes().len() as u64;
-                if end != next_base {
-                    return Err(Error::corruption(format!(
-                        "sealed segment {} ends at position {}; the next segment starts at {next_base}",
-                        path.display(),
-                        end - 1
-                    )));
-                }
-                let index = IndexFile::from_bytes(&bytes, base)?;
-                rebuilt.push((index_path(path), bytes));
-                index
-            }
-        };
-        next_position = next_base;
-        log.advise_point_reads();
-        published.add_segment(Arc::new(SegmentEntry {
-            base,
-            path: path.clone(),
-            log,
-            index: ArcSwap::from_pointee(SegmentIndex::Sealed(Arc::new(index))),
-        }));
-    }
-    Ok((next_position, rebuilt))
+/// What open does with an index it had to rebuild.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rebuilds {
+    /// Write it (a writable open) with permission bits `mode`; keep it in memory only if it
+    /// cannot be written.
+    Write { mode: u32 },
+    /// Keep it in memory (a follower never writes).
+    InMemory,
 }
 
-/// The index file of the sealed segment at `path`, verified (checksums, base, layout) and
-/// matched against the segment without reading its log: its events reach the next segment's
-/// base, and its committed end lies inside the log file.
-pub(crate) fn matching_index_file(path: &Path, log: &MappedSegment, base: u64, next_base: u64) -> Result<IndexFile> {
+/// A sealed segment as open found it.
+enum SealedSegment {
+    /// Ready to publish: its index file is in place (header checked), or its index is in memory.
+    Ready(Arc<SegmentEntry>),
+    /// Its index was rebuilt and written under a temporary name, to be renamed into place once
+    /// the open has succeeded.
+    Written(Box<WrittenIndex>),
+}
+
+struct WrittenIndex {
+    base: u64,
+    next_base: u64,
+    path: PathBuf,
+    tmp: PathBuf,
+}
+
+/// The sealed segments open found, not yet published. Index files rebuilt for them wait under
+/// their temporary names until the open has succeeded ([`LoadedSealed::into_entries`]); if it
+/// is refused, dropping this removes them, so a refused open changes no file.
+pub(crate) struct LoadedSealed {
+    segments: Vec<SealedSegment>,
+    /// The position after the last sealed segment.
+    pub next_position: u64,
+}
+
+impl Drop for LoadedSealed {
+    fn drop(&mut self) {
+        for segment in &self.segments {
+            if let SealedSegment::Written(written) = segment {
+                let _ = fs::remove_file(&written.tmp);
+            }
+        }
+    }
+}
+
+impl LoadedSealed {
+    /// Renames the rebuilt index files into place and returns the entries to publish, in
+    /// position order. An index whose file cannot be put in place is rebuilt again and kept in
+    /// memory: it is derived data, so the report says which and why, and the store opens.
+    pub fn into_entries(mut self, report: &mut RecoveryReport) -> Result<Vec<Arc<SegmentEntry>>> {
+        let segments = std::mem::take(&mut self.segments);
+        let mut renamed_in = None;
+        let mut entries = Vec::with_capacity(segments.len() + 1);
+        for segment in segments {
+            let entry = match segment {
+                SealedSegment::Ready(entry) => entry,
+                SealedSegment::Written(written) => {
+                    let WrittenIndex { base, next_base, path, tmp } = *written;
+                    let target = index_path(&path);
+                    let index = match index_file::install(&tmp, &target).and_then(|()| IndexFile::open(&target, base)) {
+                        Ok(index) => {
+                            renamed_in = target.parent().map(Path::to_path_buf);
+                            index
+                        }
+                        Err(e) => {
+                            let _ = fs::remove_file(&tmp);
+                            report.unwritten_indexes.push((target.clone(), e.to_string()));
+                            let bytes = encode_from_log(&path, base, next_base, report)?;
+                            IndexFile::from_bytes(&target, bytes, base)?
+                        }
+                    };
+                    Arc::new(SegmentEntry::sealed(base, path, index))
+                }
+            };
+            if let SegmentIndex::Sealed(index) = &**entry.index.load() {
+                report.verified_index_bytes += index.verified_bytes();
+            }
+            entries.push(entry);
+        }
+        if let Some(dir) = renamed_in {
+            // The renamed files serve this handle either way; if a crash loses a rename, the
+            // next open rebuilds that index again.
+            let _ = sync_dir(&dir);
+        }
+        Ok(entries)
+    }
+}
+
+/// Finds the sealed segments `sealed` (every segment but the last, whose base is `end`), each
+/// answered by its index file, or by an index rebuilt from the segment when the file is missing,
+/// damaged or mismatched (written as it is rebuilt, under its temporary name, or kept in
+/// memory: see [`Rebuilds`]). Reads the header of each index file and nothing of the logs,
+/// except those whose index it rebuilds.
+pub(crate) fn load_sealed(
+    sealed: Vec<(u64, PathBuf)>,
+    end: u64,
+    rebuilds: Rebuilds,
+    report: &mut RecoveryReport,
+) -> Result<LoadedSealed> {
+    let mut loaded = LoadedSealed { segments: Vec::with_capacity(sealed.len()), next_position: 1 };
+    let next_bases: Vec<u64> = sealed.iter().skip(1).map(|(base, _)| *base).chain([end]).collect();
+    for ((base, path), next_base) in sealed.into_iter().zip(next_bases) {
+        if base != loaded.next_position {
+            return Err(gap(&path, base, loaded.next_position));
+        }
+        let log_len = fs::metadata(&path).map_err(|e| cannot_read(&path, &e))?.len();
+        let segment = match matching_index_file(&path, log_len, base, next_base) {
+            Ok(index) => SealedSegment::Ready(Arc::new(SegmentEntry::sealed(base, path, index))),
+            Err(_) => rebuild(path, base, next_base, rebuilds, report)?,
+        };
+        loaded.segments.push(segment);
+        loaded.next_position = next_base;
+    }
+    Ok(loaded)
+}
+
+/// The index file of the sealed segment at `path` (its header checked; the body is verified by
+/// its first use), matched against the segment without reading its log: its events reach the
+/// next segment's base, and its committed end lies inside the log file of `log_len` bytes.
+pub(crate) fn matching_index_file(path: &Path, log_len: u64, base: u64, next_base: u64) -> Result<IndexFile> {
     let index_path = index_path(path);
     let index = IndexFile::open(&index_path, base)?;
-    let log_len = log.bytes().len() as u64;
     if base + index.count != next_base || index.log_end > log_len {
         return Err(Error::corruption(format!(
             "index {} holds {} events ending at byte {}; its segment holds {} events in {log_len} bytes",
@@ -219,7 +292,44 @@ pub(crate) fn matching_index_file(path: &Path, log: &MappedSegment, base: u64, n
     Ok(index)
 }
 
-fn gap(path: &Path, base: u64, next_position: u64) -> Error {
+/// Rebuilds the index of a sealed segment from its log; its bytes are written or kept, never
+/// both, so a store whose every index is rebuilt does not hold them all at once.
+fn rebuild(path: PathBuf, base: u64, next_base: u64, rebuilds: Rebuilds, report: &mut RecoveryReport) -> Result<SealedSegment> {
+    let target = index_path(&path);
+    let bytes = encode_from_log(&path, base, next_base, report)?;
+    report.rebuilt_indexes.push(target.clone());
+    if let Rebuilds::Write { mode } = rebuilds {
+        match index_file::write_temporary(&target, &bytes, mode) {
+            Ok(tmp) => return Ok(SealedSegment::Written(Box::new(WrittenIndex { base, next_base, path, tmp }))),
+            Err(e) => report.unwritten_indexes.push((target.clone(), e.to_string())),
+        }
+    }
+    let index = IndexFile::from_bytes(&target, bytes, base)?;
+    Ok(SealedSegment::Ready(Arc::new(SegmentEntry::sealed(base, path, index))))
+}
+
+/// Scans a sealed segment's log and encodes its index; the log's bytes are let go after.
+fn encode_from_log(path: &Path, base: u64, next_base: u64, report: &mut RecoveryReport) -> Result<Vec<u8>> {
+    let log = FileBytes::load_sealed(path)?;
+    report.scanned_log_bytes += log.len() as u64;
+    seal::encode(&log, base, next_base, path)
+}
+
+/// Temporary index files in `dir`: a crash while an index file was written leaves one behind.
+fn index_temporaries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries =
+        fs::read_dir(dir).map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
+        if entry.file_name().to_str().is_some_and(index_file::is_temporary_name) {
+            found.push(entry.path());
+        }
+    }
+    Ok(found)
+}
+
+pub(crate) fn gap(path: &Path, base: u64, next_position: u64) -> Error {
     Error::corruption(format!(
         "segment {} starts at position {base}; the log before it ends at {}",
         path.display(),
@@ -257,14 +367,15 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         create_segment(dir, 1, options.segment_size, options.file_mode)?;
         segments = list_segments(dir)?;
     }
+    // Listed now and removed once the open has succeeded: a refused open changes no file.
+    let leftover_temporaries = index_temporaries(dir)?;
     let count = segments.len();
-    let (sealed, rebuilt) = load_sealed(&segments, published, &mut report)?;
-    let next_position = sealed;
     let (base, path) = segments.pop().expect("at least one segment");
+    let sealed = load_sealed(segments, base, Rebuilds::Write { mode: options.file_mode }, &mut report)?;
+    let next_position = sealed.next_position;
     if base != next_position {
         return Err(gap(&path, base, next_position));
     }
-    // Written only once the whole log has recovered: a refused open changes nothing.
     let open = |path: &Path| {
         OpenOptions::new()
             .read(true)
@@ -274,12 +385,12 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     };
     let mut file = open(&path)?;
     drop_cached_pages(&file);
-    let mut log = MappedSegment::map(&path, &file)?;
-    let header_crc = match check_header(log.bytes(), base, &path) {
+    let mut log = FileBytes::map(&path, &file)?;
+    let header_crc = match check_header(&log, base, &path) {
         Ok(crc) => crc,
         // A file shorter than a header, or with nothing but zeros after it, has had no record
         // written into it.
-        Err(_) if log.bytes().get(HEADER_LEN..).unwrap_or_default().iter().all(|&b| b == 0) => {
+        Err(_) if log.get(HEADER_LEN..).unwrap_or_default().iter().all(|&b| b == 0) => {
             // Creation was interrupted before the header was durable, so no record can have
             // been written into it: make it again.
             drop(log);
@@ -289,13 +400,13 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             create_segment(dir, base, options.segment_size, options.file_mode)?;
             report.recreated_segment = Some(path.clone());
             file = open(&path)?;
-            log = MappedSegment::map(&path, &file)?;
-            check_header(log.bytes(), base, &path)?
+            log = FileBytes::map(&path, &file)?;
+            check_header(&log, base, &path)?
         }
         Err(err) => return Err(err),
     };
-    let scan = scan_records(log.bytes(), ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
-    report.scanned_log_bytes += log.bytes().len() as u64;
+    let scan = scan_records(&log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
+    report.scanned_log_bytes += log.len() as u64;
     if let Tail::Torn(torn) = &scan.tail {
         // Zero the torn run so the tail reads clean. The chained CRC already keeps any byte we
         // miss from being adopted by a later batch.
@@ -304,26 +415,24 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             .map_err(|e| Error::io(format_args!("cannot cut back {}", path.display()), &e))?;
         report.torn_tail = Some(torn.clone());
     }
-    for (path, bytes) in rebuilt {
-        index_file::write(&path, &bytes, options.file_mode)?;
-        report.rebuilt_indexes.push(path);
-    }
-    if scan.event_offsets.is_empty() && (log.bytes().len() as u64) < options.segment_size {
+    if scan.event_offsets.is_empty() && (log.len() as u64) < options.segment_size {
         // An empty active segment from an open with a smaller `segment_size` takes the new size
         // (it cannot roll over: the next segment would have its base, that is, its name).
         grow_empty_segment(&file, &path, options.segment_size)?;
-        log = MappedSegment::map(&path, &file)?;
+        log = FileBytes::map(&path, &file)?;
     }
     let tail = Arc::new(TailIndex::new());
-    index_scanned(&tail, log.bytes(), base, 0, &scan.event_offsets)?;
-    let capacity = log.bytes().len() as u64;
-    let entry = Arc::new(SegmentEntry {
-        base,
-        path: path.clone(),
-        log,
-        index: ArcSwap::from_pointee(SegmentIndex::Tail(tail.clone())),
-    });
-    published.add_segment(entry.clone());
+    index_scanned(&tail, &log, base, 0, &scan.event_offsets)?;
+    let mut entries = sealed.into_entries(&mut report)?;
+    for leftover in leftover_temporaries {
+        // One this open wrote and renamed is gone already; one that cannot be removed (a
+        // directory, say) only makes writing that index fail, which is not fatal either.
+        let _ = fs::remove_file(leftover);
+    }
+    let capacity = log.len() as u64;
+    let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), log, SegmentIndex::Tail(tail.clone())));
+    entries.push(entry.clone());
+    published.add_segments(entries);
     report.segments = count;
     report.head = Position(scan.end.next_position - 1);
     Ok(Recovered {

@@ -177,6 +177,14 @@ impl Store {
         self.published.snapshot().tag_lookups()
     }
 
+    /// How many segment entries the lists of segments this handle published held, summed over
+    /// every list: for tests that show open builds the list once (2,000 segments: 2,000 entries,
+    /// not two million).
+    #[doc(hidden)]
+    pub fn listed_segments(&self) -> u64 {
+        self.published.listed_segments.load(Ordering::Relaxed)
+    }
+
     /// Blocks until every sealed segment's index file is built and published, for tests.
     #[doc(hidden)]
     pub fn wait_for_sealing(&self) {

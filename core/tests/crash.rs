@@ -400,7 +400,15 @@ fn abort_during_index_file_write() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let acks = start_child(dir.path(), 0, Some("index.before_rename:abort:1")).wait_exit(Duration::from_secs(30));
+    let temporaries = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".idx.tmp"))
+            .count()
+    };
+    assert_eq!(temporaries(), 1, "the crash leaves the index file's temporary behind");
     let store = Store::open(dir.path(), options()).unwrap();
+    assert_eq!(temporaries(), 0, "open removes it");
     assert!(!store.recovery().rebuilt_indexes.is_empty(), "{:?}", store.recovery());
     store.close().unwrap();
     verify(dir.path(), &acks);

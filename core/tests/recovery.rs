@@ -462,3 +462,86 @@ fn every_header_bit_flip_of_the_active_segment_is_refused_or_recreated() {
     assert_eq!(store.head().unwrap(), Position::ZERO);
     assert_eq!(store.append(vec![Event::new("T", ["t"], vec![])], None).unwrap().first.get(), 1);
 }
+
+/// Where the committed prefix of the segment file `bytes` ends (the recovery rule, from the
+/// header).
+fn committed_end(bytes: &[u8]) -> usize {
+    let header = decode_header(bytes).unwrap();
+    scan_records(bytes, ScanPoint { offset: HEADER_LEN, chain: header.crc, next_position: header.base }).end.offset
+}
+
+/// A power cut can leave the pages of an unacknowledged group on disk with a zeroed hole before
+/// them. Open sees a clean end at the hole (it must not read the rest of the segment), so the
+/// bytes beyond it survive; once the segment fills and rolls over they still lie after its
+/// committed end. That segment must seal, and the store must reopen with every event.
+#[test]
+fn leftover_bytes_after_a_hole_do_not_stop_sealing_or_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(77);
+    let mut appended: Vec<Event> = Vec::new();
+    {
+        let store = Store::open(dir.path(), buffered(4096)).unwrap();
+        for _ in 0..3 {
+            let event = random_event(&mut rng);
+            store.append(vec![event.clone()], None).unwrap();
+            appended.push(event);
+        }
+        store.close().unwrap();
+    }
+    let active = segment_path(dir.path(), 1);
+    let mut bytes = std::fs::read(&active).unwrap();
+    let end = committed_end(&bytes);
+    // A 64-byte hole, then a frame header that claims the rest of the segment with a checksum
+    // that cannot match, and non-zero bytes up to the end of the file.
+    let garbage = end + 64;
+    let len = (bytes.len() - garbage - 8) as u32;
+    bytes[garbage..garbage + 4].copy_from_slice(&len.to_le_bytes());
+    bytes[garbage + 4..garbage + 8].copy_from_slice(&0xdead_beefu32.to_le_bytes());
+    bytes[garbage + 8..].fill(0xa5);
+    std::fs::write(&active, &bytes).unwrap();
+
+    {
+        let store = Store::open(dir.path(), buffered(4096)).unwrap();
+        assert_eq!(store.recovery().torn_tail, None, "open stops at the hole: {:?}", store.recovery());
+        while segment_files(dir.path()).len() == 1 {
+            let event = random_event(&mut rng);
+            store.append(vec![event.clone()], None).unwrap();
+            appended.push(event);
+        }
+        store.wait_for_sealing();
+        store.close().unwrap();
+    }
+    let sealed = std::fs::read(&active).unwrap();
+    let sealed_end = committed_end(&sealed);
+    assert!(
+        sealed[sealed_end..].iter().any(|&b| b != 0),
+        "the case needs leftover bytes after the sealed segment's committed end"
+    );
+    assert!(dir.path().join(format!("{:020}.idx", 1)).exists(), "the sealer must have built the index file");
+
+    let store = Store::open(dir.path(), buffered(4096)).unwrap_or_else(|e| panic!("reopen: {e}"));
+    assert!(store.recovery().rebuilt_indexes.is_empty(), "{:?}", store.recovery());
+    assert_events(&read_all(&store), &appended, "after the leftover bytes");
+    store.close().unwrap();
+    // Without the index file, the rebuild at open accepts the segment for the same reason.
+    std::fs::remove_file(dir.path().join(format!("{:020}.idx", 1))).unwrap();
+    let store = Store::open(dir.path(), buffered(4096)).unwrap_or_else(|e| panic!("rebuild: {e}"));
+    assert_eq!(store.recovery().rebuilt_indexes.len(), 1);
+    assert_events(&read_all(&store), &appended, "after rebuilding the index");
+}
+
+/// The rule behind accepting leftover bytes is that the committed prefix ends exactly where the
+/// next segment begins; a prefix that ends earlier (a committed batch lost) is still refused.
+#[test]
+fn a_sealed_segment_that_ends_early_is_refused_even_with_leftover_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let segments = build_segments(dir.path());
+    let mut bytes = std::fs::read(&segments[1]).unwrap();
+    let batches = parse(&bytes);
+    let last = batches.last().unwrap();
+    // The last batch's marker checksum broken: its batch is no longer committed, and the bytes
+    // after the prefix are not zeros.
+    bytes[last.marker.start + 4] ^= 0x01;
+    std::fs::write(&segments[1], &bytes).unwrap();
+    assert_refused(dir.path(), "last marker of the middle segment broken");
+}

@@ -1,5 +1,6 @@
 //! The index file beside each sealed log segment (`NNNN.idx` beside `NNNN.log`): immutable,
-//! deterministic (the same log bytes always give the same file), checksummed, memory-mapped.
+//! deterministic (the same log bytes always give the same file), checksummed, its header checked
+//! at open and its body on first use.
 //!
 //! | offset | size | header field |
 //! |---|---|---|
@@ -26,21 +27,20 @@
 //! 3 = dense list (at least one event in 32 carries the tag), payload the blob offset of: u32
 //!     count, ceil(events / 8) bitmap bytes, bit i (LSB first) = relative position i.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-
-use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::event::EventView;
 use crate::index::filter::TagFilter;
 use crate::index::postings::{Postings, SortedList};
 use crate::log::format::FRAME_LEN;
-use crate::log::segment::{open_with_mode, sync_dir};
+use crate::log::segment::{FileBytes, open_with_mode, sync_dir};
 use crate::position::Position;
 
 pub const INDEX_MAGIC: [u8; 8] = *b"LAPIDX\0\0";
@@ -91,23 +91,22 @@ fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
 /// first appearance.
 pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     let count = contents.events.len();
-    let mut type_ids: Vec<&str> = Vec::new();
+    // Ids by name for the lookups, names by id for the dictionary's order (first appearance).
+    let mut type_ids: HashMap<&str, u32> = HashMap::new();
+    let mut type_names: Vec<&str> = Vec::new();
     let mut type_column: Vec<u32> = Vec::with_capacity(count);
     let mut tags: BTreeMap<&[u8], Vec<u32>> = BTreeMap::new();
     for (rel, (_, event)) in contents.events.iter().enumerate() {
-        let id = match type_ids.iter().position(|t| *t == event.event_type) {
-            Some(id) => id,
-            None => {
-                type_ids.push(event.event_type);
-                type_ids.len() - 1
-            }
-        };
-        type_column.push(id as u32);
+        let id = *type_ids.entry(event.event_type).or_insert_with(|| {
+            type_names.push(event.event_type);
+            type_names.len() as u32 - 1
+        });
+        type_column.push(id);
         for tag in event.tags() {
             tags.entry(tag.as_bytes()).or_default().push(rel as u32);
         }
     }
-    let wide = type_ids.len() > u16::MAX as usize + 1;
+    let wide = type_names.len() > u16::MAX as usize + 1;
 
     let mut out = vec![0u8; INDEX_HEADER_LEN];
     let offsets_at = out.len();
@@ -123,8 +122,8 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
         }
     }
     let type_dict_at = out.len();
-    out.extend_from_slice(&(type_ids.len() as u32).to_le_bytes());
-    for name in &type_ids {
+    out.extend_from_slice(&(type_names.len() as u32).to_le_bytes());
+    for name in &type_names {
         out.push(name.len() as u8);
         out.extend_from_slice(name.as_bytes());
     }
@@ -185,84 +184,85 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     out
 }
 
+/// The name an index file is written under before it is renamed into place.
+fn temporary_path(path: &Path) -> PathBuf {
+    path.with_extension("idx.tmp")
+}
+
+/// Whether `name` is the temporary name of an index file (a leftover, if no writer is writing it).
+pub fn is_temporary_name(name: &str) -> bool {
+    name.ends_with(".idx.tmp")
+}
+
 /// Writes `bytes` as the index file at `path` (with permission bits `mode`): a temporary file,
 /// fsynced, renamed into place, then the directory fsynced, so a crash leaves the old state or
 /// the whole new file.
 pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let tmp = path.with_extension("idx.tmp");
+    let tmp = write_temporary(path, bytes, mode)?;
+    install(&tmp, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Writes `bytes` under the temporary name of the index file `path`, fsynced; returns that
+/// name. [`install`] renames it into place.
+pub fn write_temporary(path: &Path, bytes: &[u8], mode: u32) -> Result<PathBuf> {
+    let tmp = temporary_path(path);
     let result = (|| -> std::io::Result<()> {
         // A `.tmp` left by a crash is reused: its mode is set again too.
         let mut file = open_with_mode(&tmp, OpenOptions::new().write(true).create(true).truncate(true), mode)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
-        crate::fault::crash_point("index.before_rename");
-        fs::rename(&tmp, path)
+        file.sync_all()
     })();
-    result.map_err(|e| Error::io(format_args!("cannot write index {}", path.display()), &e))?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    result.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(format_args!("cannot write index {}", tmp.display()), &e)
+    })?;
+    Ok(tmp)
 }
 
-/// A byte range of a mapped file, so the `fst` map reads the mapping instead of a copy.
+/// Renames a temporary index file into place; the caller fsyncs the directory.
+pub fn install(tmp: &Path, path: &Path) -> Result<()> {
+    crate::fault::crash_point("index.before_rename");
+    fs::rename(tmp, path).map_err(|e| Error::io(format_args!("cannot rename {} into place", tmp.display()), &e))
+}
+
+/// A byte range of an index file's bytes, so the `fst` map reads them where they are.
 #[derive(Clone)]
-pub struct MappedRange {
-    map: Arc<Mmap>,
+pub struct FileRange {
+    bytes: Arc<FileBytes>,
     start: usize,
     end: usize,
 }
 
-impl AsRef<[u8]> for MappedRange {
+impl AsRef<[u8]> for FileRange {
     fn as_ref(&self) -> &[u8] {
-        &self.map[self.start..self.end]
+        &self.bytes[self.start..self.end]
     }
 }
 
-/// A verified, mapped index file.
-pub struct IndexFile {
-    map: Arc<Mmap>,
-    pub base: u64,
-    pub count: u64,
-    pub log_end: u64,
+/// An index file's header: the layout of its sections and the checksums.
+#[derive(Clone, Copy)]
+struct Header {
+    count: u64,
+    log_end: u64,
     wide_types: bool,
     offsets_at: usize,
     types_at: usize,
-    type_names: Vec<String>,
-    fst: fst::Map<MappedRange>,
+    type_dict_at: usize,
+    fst_at: usize,
     postings_at: usize,
-    postings_end: usize,
-    /// Built on first use by a condition check (or by the sealer), then kept.
-    tag_filter: OnceLock<TagFilter>,
-    /// Tag-dictionary lookups made, for tests of what a check touches.
-    tag_lookups: AtomicU64,
+    file_len: usize,
+    body_crc: u32,
+    /// Covers every field above: equal checksums mean the same header.
+    header_crc: u32,
 }
 
 fn field(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
 }
 
-impl IndexFile {
-    /// Opens and verifies the index file at `path` for the segment based at `base`.
-    pub fn open(path: &Path, base: u64) -> Result<IndexFile> {
-        let file = File::open(path).map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))?;
-        // SAFETY: index files are written whole under a temporary name and renamed into place;
-        // once in place they are never modified, and the lock file keeps other writers out.
-        let map = unsafe { Mmap::map(&file) }
-            .map_err(|e| Error::io(format_args!("cannot map {}", path.display()), &e))?;
-        Self::from_map(Arc::new(map), base)
-            .map_err(|e| Error::corruption(format!("index {}: {}", path.display(), e.message())))
-    }
-
-    /// An index file's bytes that are not on disk yet (rebuilt at open, written once open
-    /// succeeds), in an anonymous read-only mapping.
-    pub fn from_bytes(bytes: &[u8], base: u64) -> Result<IndexFile> {
-        let mut anon = memmap2::MmapMut::map_anon(bytes.len().max(1))
-            .map_err(|e| Error::io("cannot map memory for an index", &e))?;
-        anon[..bytes.len()].copy_from_slice(bytes);
-        let map = anon.make_read_only().map_err(|e| Error::io("cannot protect an index mapping", &e))?;
-        Self::from_map(Arc::new(map), base)
-    }
-
-    pub fn from_map(map: Arc<Mmap>, base: u64) -> Result<IndexFile> {
-        let bytes: &[u8] = &map;
+impl Header {
+    fn parse(bytes: &[u8], base: u64) -> Result<Header> {
         if bytes.len() < INDEX_HEADER_LEN {
             return Err(Error::corruption(format!("{} bytes is shorter than the header", bytes.len())));
         }
@@ -283,16 +283,8 @@ impl IndexFile {
             return Err(Error::corruption(format!("covers base {file_base}; its segment's base is {base}")));
         }
         let count = field(bytes, 24);
-        let log_end = field(bytes, 32);
         let [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len] =
             std::array::from_fn(|i| field(bytes, 40 + 8 * i) as usize);
-        if file_len != bytes.len() {
-            return Err(Error::corruption(format!("is {} bytes; its header says {file_len}", bytes.len())));
-        }
-        let body_crc = u32::from_le_bytes(bytes[88..92].try_into().unwrap());
-        if crc32fast::hash(&bytes[INDEX_HEADER_LEN..]) != body_crc {
-            return Err(Error::corruption("body checksum does not match"));
-        }
         let wide_types = flags & FLAG_WIDE_TYPES != 0;
         let type_width = if wide_types { 4 } else { 2 };
         let count_usize = usize::try_from(count).map_err(|_| Error::corruption("event count overflows"))?;
@@ -307,56 +299,214 @@ impl IndexFile {
         if !sections_in_order {
             return Err(Error::corruption("sections are out of place"));
         }
-        let mut at = type_dict_at;
-        let dict = &bytes[..fst_at];
+        Ok(Header {
+            count,
+            log_end: field(bytes, 32),
+            wide_types,
+            offsets_at,
+            types_at,
+            type_dict_at,
+            fst_at,
+            postings_at,
+            file_len,
+            body_crc: u32::from_le_bytes(bytes[88..92].try_into().unwrap()),
+            header_crc,
+        })
+    }
+}
+
+/// The index file of a sealed segment. Open reads and checks its header only; the body is
+/// loaded and verified (checksum, type dictionary, tag dictionary) the first time a read uses
+/// the segment, so open costs a small read per segment whatever the index's size, and a
+/// damaged body is `Corruption` from the read that needs it, never wrong data.
+pub struct IndexFile {
+    path: PathBuf,
+    pub base: u64,
+    pub count: u64,
+    pub log_end: u64,
+    /// The header open checked; the body, loaded later, must come with the same one.
+    header_crc: u32,
+    /// Set once the body has been verified; never set for a body that failed.
+    verified: OnceLock<Box<VerifiedIndex>>,
+}
+
+/// An index file whose every byte has been checked: the lookups.
+pub struct VerifiedIndex {
+    bytes: Arc<FileBytes>,
+    base: u64,
+    count: u64,
+    wide_types: bool,
+    offsets_at: usize,
+    types_at: usize,
+    /// Segment-local type id by name: a query asks by name, per item and segment.
+    type_ids: HashMap<Box<str>, u32>,
+    fst: fst::Map<FileRange>,
+    postings_at: usize,
+    postings_end: usize,
+    /// Built on first use by a condition check (or by the sealer), then kept.
+    tag_filter: OnceLock<TagFilter>,
+    /// Tag-dictionary lookups made, for tests of what a check touches.
+    tag_lookups: AtomicU64,
+}
+
+impl IndexFile {
+    /// Reads and checks the header of the index file at `path`, for the segment based at
+    /// `base`, and that the file is as long as the header says.
+    pub fn open(path: &Path, base: u64) -> Result<IndexFile> {
+        let failed = |e: &std::io::Error| Error::io(format_args!("cannot read {}", path.display()), e);
+        let file = File::open(path).map_err(|e| failed(&e))?;
+        let mut bytes = [0u8; INDEX_HEADER_LEN];
+        let read = file.read_at(&mut bytes, 0).map_err(|e| failed(&e))?;
+        let len = file.metadata().map_err(|e| failed(&e))?.len();
+        let in_file = |e: Error| Error::corruption(format!("index {}: {}", path.display(), e.message()));
+        let header = Header::parse(&bytes[..read], base).map_err(in_file)?;
+        if header.file_len as u64 != len {
+            return Err(in_file(Error::corruption(format!("is {len} bytes; its header says {}", header.file_len))));
+        }
+        Ok(IndexFile::unverified(path, base, header))
+    }
+
+    /// An index whose bytes are in memory (rebuilt at open and not written, or rebuilt by a
+    /// follower), verified now. `path` is where its file belongs, for messages.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>, base: u64) -> Result<IndexFile> {
+        let header = Header::parse(&bytes, base)?;
+        let file = IndexFile::unverified(path, base, header);
+        let verified = file.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))?;
+        let _ = file.verified.set(Box::new(verified));
+        Ok(file)
+    }
+
+    fn unverified(path: &Path, base: u64, header: Header) -> IndexFile {
+        IndexFile {
+            path: path.to_owned(),
+            base,
+            count: header.count,
+            log_end: header.log_end,
+            header_crc: header.header_crc,
+            verified: OnceLock::new(),
+        }
+    }
+
+    /// The lookups, after loading and verifying the body on first use. A damaged body is
+    /// `Corruption` now and at every later call (nothing is kept from a failed verification).
+    pub fn verified(&self) -> Result<&VerifiedIndex> {
+        if let Some(verified) = self.verified.get() {
+            return Ok(verified);
+        }
+        let verified = match FileBytes::load_sealed(&self.path).and_then(|bytes| self.verify(Arc::new(bytes))) {
+            Ok(verified) => verified,
+            // The index is derived from its log: a damaged body is rebuilt from the segment, in
+            // memory (a follower never writes; the next writable open finds the damage again
+            // and rebuilds it the same way), and the read goes on with exact answers.
+            Err(damage) => {
+                let rebuilt = self.rebuild_from_log().map_err(|e| {
+                    Error::corruption(format!(
+                        "index {}: {}; rebuilding it from its segment failed too: {}",
+                        self.path.display(),
+                        damage.message(),
+                        e.message()
+                    ))
+                })?;
+                eprintln!(
+                    "lapilli: index {}: {}; answering from an index rebuilt from its segment (remove the file to have the next open write it again)",
+                    self.path.display(),
+                    damage.message()
+                );
+                rebuilt
+            }
+        };
+        // Two readers may verify at once: one result is kept, the other dropped.
+        Ok(self.verified.get_or_init(|| Box::new(verified)))
+    }
+
+    /// The index of this file's segment, encoded again from the segment's log (whose records are
+    /// all checked on the way) and verified in memory.
+    fn rebuild_from_log(&self) -> Result<VerifiedIndex> {
+        let log_path = self.path.with_extension("log");
+        let log = FileBytes::load_sealed(&log_path)?;
+        let bytes = crate::index::seal::encode(&log, self.base, self.base + self.count, &log_path)?;
+        let header = Header::parse(&bytes, self.base)?;
+        let rebuilt = IndexFile::unverified(&self.path, self.base, header);
+        rebuilt.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))
+    }
+
+    /// Tag-dictionary lookups this index has answered (none before its first use).
+    pub fn tag_lookups(&self) -> u64 {
+        self.verified.get().map_or(0, |v| v.tag_lookups())
+    }
+
+    /// Bytes of this index whose checksum has been verified so far (none until first use).
+    pub fn verified_bytes(&self) -> u64 {
+        self.verified.get().map_or(0, |v| v.bytes.len() as u64)
+    }
+
+    fn verify(&self, bytes: Arc<FileBytes>) -> Result<VerifiedIndex> {
+        let header = Header::parse(&bytes, self.base)?;
+        // The file checked at open, still: same header, same length.
+        if header.header_crc != self.header_crc || bytes.len() != header.file_len {
+            return Err(Error::corruption("changed since the store was opened"));
+        }
+        if crc32fast::hash(&bytes[INDEX_HEADER_LEN..]) != header.body_crc {
+            return Err(Error::corruption("body checksum does not match"));
+        }
+        let mut at = header.type_dict_at;
+        let dict = &bytes[..header.fst_at];
         let names = dict
             .get(at..at + 4)
             .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
             .ok_or_else(|| Error::corruption("type dictionary is truncated"))?;
         at += 4;
-        let mut type_names = Vec::with_capacity(names.min(1 << 16) as usize);
-        for _ in 0..names {
+        let mut type_ids = HashMap::with_capacity(names.min(1 << 16) as usize);
+        for id in 0..names {
             let len = *dict.get(at).ok_or_else(|| Error::corruption("type dictionary is truncated"))? as usize;
             let name = dict
                 .get(at + 1..at + 1 + len)
                 .and_then(|b| std::str::from_utf8(b).ok())
                 .ok_or_else(|| Error::corruption("type dictionary holds a bad name"))?;
-            type_names.push(name.to_owned());
+            // The encoder never repeats a name; a file that does is not one it wrote.
+            if type_ids.insert(Box::from(name), id).is_some() {
+                return Err(Error::corruption("type dictionary repeats a name"));
+            }
             at += 1 + len;
         }
-        let fst = fst::Map::new(MappedRange { map: map.clone(), start: fst_at, end: postings_at })
+        let fst = fst::Map::new(FileRange { bytes: bytes.clone(), start: header.fst_at, end: header.postings_at })
             .map_err(|e| Error::corruption(format!("tag dictionary: {e}")))?;
-        Ok(IndexFile {
-            base,
-            count,
-            log_end,
-            wide_types,
-            offsets_at,
-            types_at,
-            type_names,
+        Ok(VerifiedIndex {
+            base: self.base,
+            count: header.count,
+            wide_types: header.wide_types,
+            offsets_at: header.offsets_at,
+            types_at: header.types_at,
+            type_ids,
             fst,
-            postings_at,
-            postings_end: file_len,
-            map,
+            postings_at: header.postings_at,
+            postings_end: header.file_len,
             tag_filter: OnceLock::new(),
             tag_lookups: AtomicU64::new(0),
+            bytes,
         })
+    }
+}
+
+impl VerifiedIndex {
+    pub fn count(&self) -> u64 {
+        self.count
     }
 
     pub fn offset(&self, rel: u32) -> u64 {
-        field(&self.map, self.offsets_at + 8 * rel as usize)
+        field(&self.bytes, self.offsets_at + 8 * rel as usize)
     }
 
     pub fn type_id(&self, name: &str) -> Option<u32> {
-        self.type_names.iter().position(|t| t == name).map(|id| id as u32)
+        self.type_ids.get(name).copied()
     }
 
     pub fn type_at(&self, rel: u32) -> u32 {
         let at = self.types_at + if self.wide_types { 4 } else { 2 } * rel as usize;
         if self.wide_types {
-            u32::from_le_bytes(self.map[at..at + 4].try_into().unwrap())
+            u32::from_le_bytes(self.bytes[at..at + 4].try_into().unwrap())
         } else {
-            u16::from_le_bytes(self.map[at..at + 2].try_into().unwrap()) as u32
+            u16::from_le_bytes(self.bytes[at..at + 2].try_into().unwrap()) as u32
         }
     }
 
@@ -392,7 +542,7 @@ impl IndexFile {
         let Some(value) = self.fst.get(tag) else { return Ok(None) };
         let payload = value & PAYLOAD_MASK;
         let bad = || Error::corruption(format!("index of segment {}: postings of {tag:?} are damaged", Position(self.base)));
-        let blob = &self.map[self.postings_at..self.postings_end];
+        let blob = &self.bytes[self.postings_at..self.postings_end];
         let at = payload as usize;
         let list = match value >> 62 {
             TIER_SINGLE => SortedList::Owned(Arc::from([payload as u32])),
@@ -419,7 +569,7 @@ impl IndexFile {
                         return Err(bad());
                     }
                     return Ok(Some(Postings::Bitmap {
-                        map: self.map.clone(),
+                        file: self.bytes.clone(),
                         at: self.postings_at + at + 4,
                         bytes,
                         count: n as u32,
@@ -428,7 +578,7 @@ impl IndexFile {
                 if blob.len() < at + 4 + 4 * n {
                     return Err(bad());
                 }
-                SortedList::Mapped { map: self.map.clone(), at: self.postings_at + at + 4, len: n }
+                SortedList::InFile { file: self.bytes.clone(), at: self.postings_at + at + 4, len: n }
             }
         };
         Ok(Some(Postings::List(list)))

@@ -2,7 +2,7 @@
 //! reads and condition checks touch only the events they are about.
 //!
 //! A segment's index is either the in-memory [`tail::TailIndex`] (the active segment, and a
-//! sealed one until its file is published) or a mapped [`file::IndexFile`]. The planner
+//! sealed one until its file is published) or an [`file::IndexFile`]. The planner
 //! ([`plan`]) answers "which relative positions of this segment match this query inside this
 //! window" from either, lazily and in either direction.
 
@@ -17,7 +17,7 @@ pub(crate) mod tail;
 use std::sync::Arc;
 
 use crate::error::Result;
-use file::IndexFile;
+use file::{IndexFile, VerifiedIndex};
 use postings::Postings;
 use tail::TailIndex;
 
@@ -36,43 +36,61 @@ pub enum Planner {
 
 pub(crate) enum SegmentIndex {
     Tail(Arc<TailIndex>),
-    Sealed(Arc<IndexFile>),
+    Sealed(IndexFile),
 }
 
 impl SegmentIndex {
+    /// The index ready for lookups. A sealed segment's index file is verified by the first
+    /// call (open checks only its header); a damaged one is `Corruption` here.
+    pub fn view(&self) -> Result<IndexView<'_>> {
+        Ok(match self {
+            SegmentIndex::Tail(tail) => IndexView::Tail(tail),
+            SegmentIndex::Sealed(file) => IndexView::Sealed(file.verified()?),
+        })
+    }
+}
+
+/// The lookups of a segment's index, whichever form it has.
+#[derive(Clone, Copy)]
+pub(crate) enum IndexView<'a> {
+    Tail(&'a Arc<TailIndex>),
+    Sealed(&'a VerifiedIndex),
+}
+
+impl IndexView<'_> {
     pub fn offset(&self, rel: u32) -> u64 {
         match self {
-            SegmentIndex::Tail(tail) => tail.offset(rel),
-            SegmentIndex::Sealed(file) => file.offset(rel),
+            IndexView::Tail(tail) => tail.offset(rel),
+            IndexView::Sealed(file) => file.offset(rel),
         }
     }
 
     pub fn type_id(&self, name: &str) -> Option<u32> {
         match self {
-            SegmentIndex::Tail(tail) => tail.type_id(name),
-            SegmentIndex::Sealed(file) => file.type_id(name),
+            IndexView::Tail(tail) => tail.type_id(name),
+            IndexView::Sealed(file) => file.type_id(name),
         }
     }
 
     pub fn type_at(&self, rel: u32) -> u32 {
         match self {
-            SegmentIndex::Tail(tail) => tail.type_at(rel),
-            SegmentIndex::Sealed(file) => file.type_at(rel),
+            IndexView::Tail(tail) => tail.type_at(rel),
+            IndexView::Sealed(file) => file.type_at(rel),
         }
     }
 
     pub fn tag_count(&self, tag: &str) -> Result<u32> {
         match self {
-            SegmentIndex::Tail(tail) => Ok(tail.tag_count(tag)),
-            SegmentIndex::Sealed(file) => file.tag_count(tag),
+            IndexView::Tail(tail) => Ok(tail.tag_count(tag)),
+            IndexView::Sealed(file) => file.tag_count(tag),
         }
     }
 
     /// Postings of `tag` (None: no event of the segment has it).
     pub fn postings(&self, tag: &str) -> Result<Option<Postings>> {
         match self {
-            SegmentIndex::Tail(tail) => Ok(tail.postings(tag).map(Postings::List)),
-            SegmentIndex::Sealed(file) => file.postings(tag),
+            IndexView::Tail(tail) => Ok(tail.postings(tag).map(Postings::List)),
+            IndexView::Sealed(file) => file.postings(tag),
         }
     }
 }

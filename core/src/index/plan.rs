@@ -16,9 +16,10 @@
 use crate::error::Result;
 use crate::event::EventView;
 use crate::index::postings::Postings;
-use crate::index::{Planner, SegmentIndex};
+use crate::index::{IndexView, Planner};
 use crate::error::Error;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, record_crc};
+use crate::log::segment::SegmentLog;
 use crate::position::Position;
 use crate::query::{Query, QueryItem};
 
@@ -28,26 +29,26 @@ pub const SCAN_RATIO: u64 = 16;
 /// One segment's bytes and index, as a plan reads them.
 pub(crate) struct SegmentAccess<'a> {
     pub base: u64,
-    pub log: &'a [u8],
-    pub index: &'a SegmentIndex,
+    /// Loaded by the first event read from it: a walk that only consults the index (a
+    /// condition that finds nothing, say) leaves a sealed segment's log unread.
+    pub log: &'a SegmentLog,
+    pub index: IndexView<'a>,
 }
 
 impl SegmentAccess<'_> {
     /// The event at `rel`, its record checksum verified: open does not read sealed segments,
     /// so this is where damage inside one is found (as `Corruption`, never as wrong data).
     pub fn event(&self, rel: u32) -> Result<EventView<'_>> {
+        let log: &[u8] = self.log.bytes()?;
         let offset = self.index.offset(rel) as usize;
         let position = Position(self.base + rel as u64);
         let bad = |why: &str| Error::corruption(format!("event {position}: {why}"));
-        let frame = self.log.get(offset..offset + FRAME_LEN).ok_or_else(|| bad("lies outside its segment"))?;
+        let frame = log.get(offset..offset + FRAME_LEN).ok_or_else(|| bad("lies outside its segment"))?;
         let len_bytes: [u8; 4] = frame[0..4].try_into().unwrap();
         let stored = u32::from_le_bytes(frame[4..8].try_into().unwrap());
         let len = u32::from_le_bytes(len_bytes) as usize;
-        let payload = self
-            .log
-            .get(offset + FRAME_LEN..offset + FRAME_LEN + len)
-            .ok_or_else(|| bad("runs past its segment"))?;
-        let seed = self.chain_seed(rel, offset).ok_or_else(|| bad("the record before it is damaged"))?;
+        let payload = log.get(offset + FRAME_LEN..offset + FRAME_LEN + len).ok_or_else(|| bad("runs past its segment"))?;
+        let seed = self.chain_seed(log, rel, offset).ok_or_else(|| bad("the record before it is damaged"))?;
         if record_crc(seed, len_bytes, payload) != stored {
             return Err(bad("its bytes do not match their checksum"));
         }
@@ -56,8 +57,8 @@ impl SegmentAccess<'_> {
 
     /// The CRC of the record just before the event at `offset`: the segment header's, the
     /// previous event's in the same batch, or the commit marker of the batch before.
-    fn chain_seed(&self, rel: u32, offset: usize) -> Option<u32> {
-        let crc_at = |at: usize| self.log.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+    fn chain_seed(&self, log: &[u8], rel: u32, offset: usize) -> Option<u32> {
+        let crc_at = |at: usize| log.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
         if offset == HEADER_LEN {
             return crc_at(HEADER_LEN - 4);
         }
@@ -220,7 +221,7 @@ fn plan_item(
         return Ok(ItemPlan::Scan(item.clone()));
     }
     let index = segment.index;
-    if let SegmentIndex::Sealed(file) = index {
+    if let IndexView::Sealed(file) = index {
         if item.tags.iter().any(|tag| !file.may_contain_tag(tag, build_filters)) {
             return Ok(ItemPlan::Never);
         }

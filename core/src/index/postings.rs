@@ -1,5 +1,5 @@
 //! Posting lists as the planner sees them, whatever tier they were stored in: a sorted list of
-//! relative positions (decoded varints, a mapped u32 array, or a tail index's in-memory array) or
+//! relative positions (decoded varints, a u32 array in an index file, or a tail index's in-memory array) or
 //! a bitmap over the segment's events. Each owns what backs it, so a read can keep one across
 //! calls without borrowing from the segment. Every lookup is a binary search (or a bitmap probe),
 //! so walking k postings costs O(k log k) in either direction.
@@ -7,14 +7,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use memmap2::Mmap;
+use crate::log::segment::FileBytes;
 
 /// Sorted, ascending relative positions.
 #[derive(Clone)]
 pub enum SortedList {
     Owned(Arc<[u32]>),
-    /// `len` little-endian u32s at `at` in a mapped index file.
-    Mapped { map: Arc<Mmap>, at: usize, len: usize },
+    /// `len` little-endian u32s at `at` in an index file's bytes.
+    InFile { file: Arc<FileBytes>, at: usize, len: usize },
     /// The first `len` slots of a tail index's array (the writer fills slots before it
     /// publishes the count that covers them, and never changes a filled slot).
     Atomic { list: Arc<Box<[AtomicU32]>>, len: usize },
@@ -24,16 +24,16 @@ impl SortedList {
     pub fn len(&self) -> usize {
         match self {
             SortedList::Owned(list) => list.len(),
-            SortedList::Mapped { len, .. } | SortedList::Atomic { len, .. } => *len,
+            SortedList::InFile { len, .. } | SortedList::Atomic { len, .. } => *len,
         }
     }
 
     pub fn get(&self, i: usize) -> u32 {
         match self {
             SortedList::Owned(list) => list[i],
-            SortedList::Mapped { map, at, .. } => {
+            SortedList::InFile { file, at, .. } => {
                 let at = at + 4 * i;
-                u32::from_le_bytes(map[at..at + 4].try_into().unwrap())
+                u32::from_le_bytes(file[at..at + 4].try_into().unwrap())
             }
             SortedList::Atomic { list, .. } => list[i].load(Ordering::Relaxed),
         }
@@ -57,7 +57,7 @@ impl SortedList {
 pub enum Postings {
     List(SortedList),
     /// Bit `i` (LSB-first within each byte) set when relative position `i` carries the tag.
-    Bitmap { map: Arc<Mmap>, at: usize, bytes: usize, count: u32 },
+    Bitmap { file: Arc<FileBytes>, at: usize, bytes: usize, count: u32 },
 }
 
 impl Postings {
@@ -74,9 +74,9 @@ impl Postings {
                 let i = list.lower_bound(rel);
                 i < list.len() && list.get(i) == rel
             }
-            Postings::Bitmap { map, at, bytes, .. } => {
+            Postings::Bitmap { file, at, bytes, .. } => {
                 let byte = rel as usize / 8;
-                byte < *bytes && map[at + byte] & (1 << (rel % 8)) != 0
+                byte < *bytes && file[at + byte] & (1 << (rel % 8)) != 0
             }
         }
     }
@@ -91,14 +91,14 @@ impl Postings {
                 let i = list.lower_bound(from);
                 (i < list.len()).then(|| list.get(i)).filter(|&rel| rel <= to)
             }
-            Postings::Bitmap { map, at, bytes, .. } => {
+            Postings::Bitmap { file, at, bytes, .. } => {
                 if *bytes == 0 {
                     return None;
                 }
                 let last = (to as usize).min(bytes * 8 - 1);
                 let mut rel = from as usize;
                 while rel <= last {
-                    let byte = map[at + rel / 8] >> (rel % 8);
+                    let byte = file[at + rel / 8] >> (rel % 8);
                     if byte == 0 {
                         rel = (rel / 8 + 1) * 8; // nothing left in this byte
                         continue;
@@ -122,14 +122,14 @@ impl Postings {
                 let upper = if to == u32::MAX { list.len() } else { i };
                 (upper > 0).then(|| list.get(upper - 1)).filter(|&rel| rel >= from)
             }
-            Postings::Bitmap { map, at, bytes, .. } => {
+            Postings::Bitmap { file, at, bytes, .. } => {
                 if *bytes == 0 {
                     return None;
                 }
                 let mut rel = (to as usize).min(bytes * 8 - 1) as i64;
                 while rel >= from as i64 {
                     let shift = 7 - (rel % 8) as u32;
-                    let byte = map[at + rel as usize / 8] << shift;
+                    let byte = file[at + rel as usize / 8] << shift;
                     if byte == 0 {
                         rel = (rel / 8) * 8 - 1;
                         continue;
@@ -152,11 +152,8 @@ mod tests {
         for &r in rels {
             bytes[r as usize / 8] |= 1 << (r % 8);
         }
-        let mut file = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut file, &[&[9u8, 9][..], &bytes].concat()).unwrap();
-        // SAFETY: a private temporary file nobody else writes.
-        let map = Arc::new(unsafe { Mmap::map(&file).unwrap() });
-        Postings::Bitmap { map, at: 2, bytes: bytes.len(), count: rels.len() as u32 }
+        let file = Arc::new(FileBytes::Copied([&[9u8, 9][..], &bytes].concat().into_boxed_slice()));
+        Postings::Bitmap { file, at: 2, bytes: bytes.len(), count: rels.len() as u32 }
     }
 
     #[test]

@@ -14,44 +14,59 @@ use crate::read::{Published, SegmentEntry};
 use std::sync::atomic::Ordering;
 
 /// Scans a sealed segment's log bytes (every record's checksum is verified on the way) and
-/// encodes its index file. Returns the file's bytes and the next position after the segment.
-pub(crate) fn encode(log: &[u8], base: u64, log_path: &Path) -> Result<(Vec<u8>, u64)> {
+/// encodes its index file. `next_base` is the base of the segment after it.
+///
+/// The segment is accepted when its committed prefix ends exactly at `next_base`, whatever
+/// bytes follow the prefix: the writer syncs a segment before it creates the next one at its
+/// head + 1, so a matching end proves no committed batch is missing. What follows can be the
+/// leftovers of an unacknowledged group that reached the disk with a hole before them (open
+/// stops at the hole without reading further, so they survive until the segment is sealed).
+/// A prefix that ends earlier lost a committed batch: `Corruption`.
+pub(crate) fn encode(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> Result<Vec<u8>> {
     let header = decode_header(log)
         .map_err(|e| Error::corruption(format!("segment {}: {}", log_path.display(), e.message())))?;
     let scan = scan_committed(log, ScanPoint { offset: HEADER_LEN, chain: header.crc, next_position: base });
-    if let Stop::Torn { reason, .. } = &scan.tail {
+    if scan.end.next_position != next_base {
+        let why = match &scan.tail {
+            Stop::Torn { reason, .. } => format!("is damaged at byte {}: {reason}", scan.end.offset),
+            Stop::Clean => "ends early".to_string(),
+        };
         return Err(Error::corruption(format!(
-            "sealed segment {} is damaged at byte {}: {reason}",
+            "sealed segment {} {why}; its committed events end at position {}, the next segment starts at {next_base}",
             log_path.display(),
-            scan.end.offset
+            scan.end.next_position - 1,
         )));
     }
     let contents = file::contents_of(log, base, &scan.event_offsets, scan.end.offset as u64)?;
-    Ok((file::encode(&contents), scan.end.next_position))
+    Ok(file::encode(&contents))
 }
 
-/// Encodes, writes (durably) and maps the index file of a sealed segment.
-pub(crate) fn build(log: &[u8], base: u64, log_path: &Path, mode: u32) -> Result<IndexFile> {
-    let (bytes, _) = encode(log, base, log_path)?;
+/// Encodes and writes (durably) the index file of a sealed segment, and opens it: like an
+/// index file found at open, its body is verified by the first read that uses it.
+/// Files get permission bits `mode`.
+pub(crate) fn build(log: &[u8], base: u64, next_base: u64, log_path: &Path, mode: u32) -> Result<IndexFile> {
+    let bytes = encode(log, base, next_base, log_path)?;
     let path = index_path(log_path);
     file::write(&path, &bytes, mode)?;
     IndexFile::open(&path, base)
 }
 
-/// The sealer thread: builds each handed-over segment's index file and publishes it in place of
-/// the tail index. A failure is reported and leaves the tail index in use; the next open
-/// rebuilds the file. Files get permission bits `mode`.
-pub(crate) fn run(queue: Receiver<Arc<SegmentEntry>>, published: Arc<Published>, mode: u32) {
-    for entry in queue {
-        match build(entry.log.bytes(), entry.base, &entry.path, mode) {
-            Ok(file) => {
-                // Its tag dictionary is in the page cache now: build the condition checks'
-                // filter while it is cheap.
-                file.tag_filter();
-                entry.index.store(Arc::new(SegmentIndex::Sealed(Arc::new(file))));
-                entry.log.advise_point_reads();
-            }
-            Err(e) => eprintln!("lapilli: cannot build the index of {}: {e}", entry.path.display()),
+/// The sealer thread: builds each handed-over segment's index file (the writer hands over the
+/// base of the segment it rolled over to with it) and publishes it in place of the tail index.
+/// A failure is reported and leaves the tail index in use; the next open rebuilds the file.
+pub(crate) fn run(queue: Receiver<(Arc<SegmentEntry>, u64)>, published: Arc<Published>, mode: u32) {
+    for (entry, next_base) in queue {
+        let sealed = entry.log.bytes().and_then(|log| {
+            let file = build(log, entry.base, next_base, entry.log.path(), mode)?;
+            // Its bytes are in the page cache now: verify it and build the condition checks'
+            // tag filter while that is cheap.
+            file.verified()?.tag_filter();
+            entry.index.store(Arc::new(SegmentIndex::Sealed(file)));
+            log.advise_point_reads();
+            Ok(())
+        });
+        if let Err(e) = sealed {
+            eprintln!("lapilli: cannot build the index of {}: {e}", entry.log.path().display());
         }
         published.sealing.fetch_sub(1, Ordering::AcqRel);
     }

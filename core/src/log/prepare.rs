@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::log::format::{HEADER_LEN, encode_header, segment_file_name};
-use crate::log::segment::{MappedSegment, open_with_mode, sync_dir};
+use crate::log::segment::{FileBytes, open_with_mode, sync_dir};
 
 /// The name of the file a segment is prepared under.
 pub const PREPARED_FILE: &str = "next-segment.prepared";
@@ -38,7 +38,7 @@ pub(crate) struct SegmentPreparer {
     dir: PathBuf,
     size: u64,
     requests: Option<Sender<()>>,
-    prepared: Receiver<Result<(File, MappedSegment)>>,
+    prepared: Receiver<Result<(File, FileBytes)>>,
     /// A request is out and its answer not yet taken.
     pending: bool,
     cancel: Arc<AtomicBool>,
@@ -127,7 +127,7 @@ impl SegmentPreparer {
 pub(crate) struct Installed {
     pub file: File,
     pub path: PathBuf,
-    pub log: MappedSegment,
+    pub log: FileBytes,
     /// The CRC of its header, which seeds its first record's.
     pub header_crc: u32,
 }
@@ -157,7 +157,7 @@ impl Drop for SegmentPreparer {
 /// Writes `size` bytes of zeros to a fresh file at `path` and syncs it. The header is left to
 /// the roll-over (it holds the base).
 /// Also maps the file, so that the roll-over has nothing left to fail after the rename.
-fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<(File, MappedSegment)> {
+fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<(File, FileBytes)> {
     let cannot = |e: &io::Error| Error::io(format_args!("cannot prepare segment {}", path.display()), e);
     let file = open_with_mode(path, OpenOptions::new().read(true).write(true).create(true).truncate(true), mode)
         .map_err(|e| cannot(&e))?;
@@ -185,6 +185,6 @@ fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<(Fi
         at += len as u64;
     }
     file.sync_all().map_err(|e| cannot(&e))?;
-    let log = MappedSegment::map(path, &file)?;
+    let log = FileBytes::map(path, &file)?;
     Ok((file, log))
 }

@@ -6,59 +6,130 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use memmap2::{Mmap, MmapOptions};
 
 use crate::error::{Error, Result};
 use crate::log::format::{HEADER_LEN, decode_header, encode_header, segment_file_name};
 
-/// A segment as readers see it: a read-only map of the whole file.
-pub struct MappedSegment {
-    map: Mmap,
+/// Sealed files (segments and index files) up to this size are read into memory on first use
+/// instead of mapped. A mapping per sealed log and per index file would run a store of small
+/// segments into `vm.max_map_count` (65,530 by default) at about 32,000 segments, and a copy of
+/// a small immutable file costs about the page or pages its mapping would make resident.
+pub const COPY_UP_TO_BYTES: u64 = 64 << 10;
+
+/// The bytes of a file as readers see them: a read-only mapping of the whole file, or, for a
+/// small sealed file, a copy in memory.
+pub enum FileBytes {
+    Mapped(Mmap),
+    Copied(Box<[u8]>),
 }
 
-impl MappedSegment {
-    pub fn map(path: &Path, file: &File) -> Result<MappedSegment> {
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Mapped(map) => map,
+            FileBytes::Copied(bytes) => bytes,
+        }
+    }
+}
+
+impl FileBytes {
+    /// Maps a segment file (the active segment must be mapped: the writer keeps appending to it).
+    pub fn map(path: &Path, file: &File) -> Result<FileBytes> {
         // SAFETY: segment files are never truncated, shrunk or rewritten in place while the
         // store is open: the writer only appends into the preallocated, zero-filled region past
         // the published watermark, and readers only look below it. The lock file keeps any other
         // writer process out, so no one else changes these bytes under the map.
         let map = unsafe { MmapOptions::new().map(file) }
             .map_err(|e| Error::io(format_args!("cannot map segment {}", path.display()), &e))?;
-        Ok(MappedSegment { map })
+        Ok(FileBytes::Mapped(map))
     }
 
-    pub fn bytes(&self) -> &[u8] {
-        &self.map
+    /// Loads a sealed file (a segment nobody writes any more, or an index file): a copy if it is
+    /// small, else a mapping.
+    pub fn load_sealed(path: &Path) -> Result<FileBytes> {
+        let failed = |e: &io::Error| Error::io(format_args!("cannot read {}", path.display()), e);
+        let mut file = File::open(path).map_err(|e| failed(&e))?;
+        let len = file.metadata().map_err(|e| failed(&e))?.len();
+        if len <= COPY_UP_TO_BYTES {
+            let mut bytes = Vec::with_capacity(len as usize);
+            io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| failed(&e))?;
+            return Ok(FileBytes::Copied(bytes.into_boxed_slice()));
+        }
+        // SAFETY: a sealed segment is never written again (the writer syncs it before it
+        // creates the next and then only writes the next), and an index file is written whole
+        // under a temporary name and renamed into place, never modified after; the lock file
+        // keeps other writers out.
+        let map = unsafe { MmapOptions::new().map(&file) }
+            .map_err(|e| Error::io(format_args!("cannot map {}", path.display()), &e))?;
+        Ok(FileBytes::Mapped(map))
     }
 
     /// A sealed segment is read mostly by point fetches (selective reads through the index):
     /// no readahead around each one. Only a hint; failure changes nothing but speed.
     pub fn advise_point_reads(&self) {
-        let _ = self.map.advise(memmap2::Advice::Random);
+        if let FileBytes::Mapped(map) = self {
+            let _ = map.advise(memmap2::Advice::Random);
+        }
     }
 
     /// A scan is about to read `offset..offset + len`: start reading it in now, unless its
     /// first and last pages are already in the page cache (a warm scan: asking the kernel to
-    /// read ahead would only walk pages it already has).
+    /// read ahead would only walk pages it already has). A copy is in memory already.
     pub fn prefetch(&self, offset: usize, len: usize) {
-        let len = len.min(self.map.len().saturating_sub(offset));
-        if len == 0 || (self.is_resident(offset) && self.is_resident(offset + len - 1)) {
+        let FileBytes::Mapped(map) = self else { return };
+        let len = len.min(map.len().saturating_sub(offset));
+        if len == 0 || (is_resident(map, offset) && is_resident(map, offset + len - 1)) {
             return;
         }
-        let _ = self.map.advise_range(memmap2::Advice::WillNeed, offset, len);
+        let _ = map.advise_range(memmap2::Advice::WillNeed, offset, len);
+    }
+}
+
+fn is_resident(map: &Mmap, offset: usize) -> bool {
+    const PAGE: usize = 4096;
+    let page_start = offset / PAGE * PAGE;
+    let mut resident = 0u8;
+    // SAFETY: the address range is one page inside our own live mapping (mappings start
+    // page-aligned), and `resident` has room for the one byte mincore writes for it.
+    let rc = unsafe { libc::mincore(map.as_ptr().add(page_start) as *mut libc::c_void, 1, &mut resident) };
+    rc == 0 && resident & 1 == 1
+}
+
+/// A segment's log as readers see it: mapped from the start for a segment this handle writes or
+/// follows; for one that was sealed when the store was opened, loaded by the first read that
+/// needs its bytes, so open touches no sealed log.
+pub struct SegmentLog {
+    path: PathBuf,
+    bytes: OnceLock<FileBytes>,
+}
+
+impl SegmentLog {
+    pub fn loaded(path: PathBuf, bytes: FileBytes) -> SegmentLog {
+        SegmentLog { path, bytes: OnceLock::from(bytes) }
     }
 
-    fn is_resident(&self, offset: usize) -> bool {
-        const PAGE: usize = 4096;
-        let page_start = offset / PAGE * PAGE;
-        let mut resident = 0u8;
-        // SAFETY: the address range is one page inside our own live mapping (mappings start
-        // page-aligned), and `resident` has room for the one byte mincore writes for it.
-        let rc = unsafe {
-            libc::mincore(self.map.as_ptr().add(page_start) as *mut libc::c_void, 1, &mut resident)
-        };
-        rc == 0 && resident & 1 == 1
+    pub fn sealed(path: PathBuf) -> SegmentLog {
+        SegmentLog { path, bytes: OnceLock::new() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The bytes, loaded now if this is their first use.
+    pub fn bytes(&self) -> Result<&FileBytes> {
+        if let Some(bytes) = self.bytes.get() {
+            return Ok(bytes);
+        }
+        let loaded = FileBytes::load_sealed(&self.path)?;
+        loaded.advise_point_reads();
+        // Two readers may load it at once: one copy is kept, the other dropped.
+        Ok(self.bytes.get_or_init(|| loaded))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Reads: snapshots of the published prefix of the log, and bounded, lazy reads over them.
 
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
@@ -9,18 +10,30 @@ use crate::error::{Error, Result};
 use crate::event::{EventView, SequencedEvent};
 use crate::index::plan::{SegmentAccess, SegmentWalk};
 use crate::index::{Planner, SegmentIndex};
-use crate::log::segment::MappedSegment;
+use crate::index::file::IndexFile;
+use crate::log::segment::{FileBytes, SegmentLog};
 use crate::position::Position;
 use crate::query::Query;
 use crate::subscribe::Notifier;
 
-/// One segment as readers see it: its mapped log bytes and its index, which starts as the
-/// in-memory tail index and is swapped for the mapped index file once that is built.
+/// One segment as readers see it: its log and its index, which starts as the in-memory tail
+/// index and is swapped for the index file once that is built.
 pub(crate) struct SegmentEntry {
     pub base: u64,
-    pub path: std::path::PathBuf,
-    pub log: MappedSegment,
+    pub log: SegmentLog,
     pub index: ArcSwap<SegmentIndex>,
+}
+
+impl SegmentEntry {
+    /// A segment whose log is in hand (the active segment, or one being followed).
+    pub fn loaded(base: u64, path: PathBuf, log: FileBytes, index: SegmentIndex) -> SegmentEntry {
+        SegmentEntry { base, log: SegmentLog::loaded(path, log), index: ArcSwap::from_pointee(index) }
+    }
+
+    /// A sealed segment, whose log is loaded on first use.
+    pub fn sealed(base: u64, path: PathBuf, index: IndexFile) -> SegmentEntry {
+        SegmentEntry { base, log: SegmentLog::sealed(path), index: ArcSwap::from_pointee(SegmentIndex::Sealed(index)) }
+    }
 }
 
 /// What the writer publishes and readers load: the segments (with their indexes) and the head.
@@ -40,6 +53,9 @@ pub(crate) struct Published {
     /// rewritten under it). Set once; from then on every read, `head()` and subscription fails
     /// with it rather than answer from bytes that are no longer the log.
     failure: Arc<OnceLock<Error>>,
+    /// Entries of every segment list stored so far: a statistic for tests (open must build the
+    /// list once, not once per segment).
+    pub listed_segments: AtomicU64,
 }
 
 impl Published {
@@ -53,6 +69,7 @@ impl Published {
             sealing: AtomicU64::new(0),
             commit_groups: AtomicU64::new(0),
             failure: Arc::default(),
+            listed_segments: AtomicU64::new(0),
         }
     }
 
@@ -61,8 +78,15 @@ impl Published {
     }
 
     pub fn add_segment(&self, segment: Arc<SegmentEntry>) {
+        self.add_segments([segment]);
+    }
+
+    /// Appends to the list with one copy of it: open adds all its segments at once, since a
+    /// copy per segment made opening quadratic in the number of segments.
+    pub fn add_segments(&self, segments: impl IntoIterator<Item = Arc<SegmentEntry>>) {
         let mut list: Vec<Arc<SegmentEntry>> = self.segments.load().iter().cloned().collect();
-        list.push(segment);
+        list.extend(segments);
+        self.listed_segments.fetch_add(list.len() as u64, Ordering::Relaxed);
         self.segments.store(Arc::new(list));
     }
 
@@ -160,7 +184,7 @@ const PREFETCH_AFTER: u32 = 64;
 
 /// Keeps `PREFETCH_BYTES` ahead of a sequential walk at `offset` prefetched (behind it, for a
 /// backward walk); returns the new far end of the prefetched range.
-fn prefetch(log: &MappedSegment, offset: usize, backwards: bool, done: Option<usize>) -> Option<usize> {
+fn prefetch(log: &FileBytes, offset: usize, backwards: bool, done: Option<usize>) -> Option<usize> {
     if backwards {
         match done {
             Some(start) if offset >= start + PREFETCH_BYTES / 2 => done,
@@ -240,7 +264,7 @@ impl Walk {
                     continue;
                 }
                 let index = entry.index.load_full();
-                let access = SegmentAccess { base: entry.base, log: entry.log.bytes(), index: &index };
+                let access = SegmentAccess { base: entry.base, log: &entry.log, index: index.view()? };
                 let walk = SegmentWalk::new(
                     &access,
                     &self.query,
@@ -256,7 +280,7 @@ impl Walk {
             }
             let (i, index, walk) = self.current.as_mut().expect("set above");
             let entry = &self.snapshot.segments[*i];
-            let access = SegmentAccess { base: entry.base, log: entry.log.bytes(), index: index };
+            let access = SegmentAccess { base: entry.base, log: &entry.log, index: index.view()? };
             match walk.next(&access)? {
                 Some(rel) => {
                     self.in_segment += 1;
@@ -264,7 +288,8 @@ impl Walk {
                     // resumed for one event at a time would otherwise pay two `mincore` calls
                     // an event.
                     if self.in_segment > PREFETCH_AFTER && walk.is_sequential() {
-                        self.prefetched = prefetch(&entry.log, index.offset(rel) as usize, self.backwards, self.prefetched);
+                        let log = entry.log.bytes()?;
+                        self.prefetched = prefetch(log, access.index.offset(rel) as usize, self.backwards, self.prefetched);
                     }
                     let event = access.event(rel)?;
                     return Ok(Some((event.position, visit(&event))));

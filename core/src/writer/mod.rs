@@ -74,7 +74,8 @@ pub(crate) struct Writer {
     pub active_entry: Arc<SegmentEntry>,
     pub active_index: Arc<TailIndex>,
     /// Where sealed segments go to have their index file built, off this thread.
-    pub sealer: std::sync::mpsc::Sender<Arc<SegmentEntry>>,
+    /// With each segment, the base of the one after it: where its committed events must end.
+    pub sealer: std::sync::mpsc::Sender<(Arc<SegmentEntry>, u64)>,
     /// Prepares the next segment (of `segment_size`) while the active one fills.
     pub next_segment: SegmentPreparer,
     pub durability: Durability,
@@ -361,18 +362,13 @@ impl Writer {
         };
         let Installed { file, path, log, header_crc: chain } = installed;
         let index = Arc::new(TailIndex::new());
-        let entry = Arc::new(SegmentEntry {
-            base,
-            path: path.clone(),
-            log,
-            index: arc_swap::ArcSwap::from_pointee(SegmentIndex::Tail(index.clone())),
-        });
+        let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), log, SegmentIndex::Tail(index.clone())));
         self.published.add_segment(entry.clone());
         let sealed = std::mem::replace(&mut self.active_entry, entry);
         self.active_index = index;
         // The sealer builds the index file; until it publishes it, readers use the tail index.
         self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.sealer.send(sealed);
+        let _ = self.sealer.send((sealed, base));
         self.active = ActiveSegment {
             file,
             path,

@@ -1,0 +1,217 @@
+//! How opening a store grows with it: open must cost a few small reads per sealed segment plus
+//! the recovery of the active segment, and keep a small, fixed amount of memory and no mapping
+//! per sealed segment (`ARCHITECTURE.md`, "Open").
+//!
+//! The stores have 4096-byte segments: every sealed one holds one batch of 13 events (about 3
+//! KiB), and the active one a single small event, so that the number of segments is the only
+//! thing that differs between them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use common::buffered;
+use lapilli_core::{Event, Query, ReadOptions, Store};
+
+const SMALL: usize = 20;
+const LARGE: usize = 2000;
+const SEGMENT: u64 = 4096;
+
+fn build(dir: &Path, segments: usize) {
+    let store = Store::open(dir, buffered(SEGMENT)).unwrap();
+    for s in 0..segments - 1 {
+        let batch: Vec<Event> = (0..13)
+            .map(|i| Event::new(["Placed", "Paid", "Shipped"][i % 3], [format!("order:{s}"), format!("n:{i}")], vec![7; 200]))
+            .collect();
+        store.append(batch, None).unwrap();
+    }
+    // Does not fit beside the last batch: the active segment holds only this event.
+    store.append(vec![Event::new("Last", ["last"], vec![1; 1000])], None).unwrap();
+    store.wait_for_sealing();
+    store.close().unwrap();
+}
+
+struct Stores {
+    _root: tempfile::TempDir,
+    one: PathBuf,
+    small: PathBuf,
+    large: PathBuf,
+}
+
+/// Built once for the whole test binary. In `/dev/shm` when there is one: building rolls over
+/// 2,000 times, and each roll-over and each index file is synced, which on a disk costs more
+/// than everything measured here.
+fn stores() -> &'static Stores {
+    static STORES: OnceLock<Stores> = OnceLock::new();
+    STORES.get_or_init(|| {
+        let root = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).unwrap();
+        let stores = Stores {
+            one: root.path().join("one"),
+            small: root.path().join("small"),
+            large: root.path().join("large"),
+            _root: root,
+        };
+        build(&stores.one, 1);
+        build(&stores.small, SMALL);
+        build(&stores.large, LARGE);
+        stores
+    })
+}
+
+/// The tests open the same stores (a second writable open is refused) and count this process's
+/// mappings: they must not overlap.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn resident_bytes() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: i64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps").unwrap().lines().count()
+}
+
+/// Open reads the header of each sealed segment's index file and nothing else of it (no body
+/// byte is checksummed until a read uses that segment), and no byte of a sealed log: its log
+/// bytes read are the active segment's alone, whatever the number of sealed segments. And it
+/// publishes the list of segments once.
+#[test]
+fn open_reads_no_index_body_and_no_sealed_log_byte() {
+    let stores = stores();
+    let _serial = serial();
+    let store = Store::open(&stores.large, buffered(SEGMENT)).unwrap();
+    let report = store.recovery().clone();
+    assert_eq!(report.segments, LARGE);
+    assert!(report.rebuilt_indexes.is_empty(), "{report:?}");
+    assert_eq!(report.verified_index_bytes, 0, "{report:?}");
+    assert_eq!(report.scanned_log_bytes, SEGMENT, "{report:?}");
+    // The list of segments readers load was built once, not copied once per segment.
+    assert_eq!(store.listed_segments(), LARGE as u64);
+    // Reads then verify what they use, and see every event.
+    let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(all.len(), (LARGE - 1) * 13 + 1);
+    let order = store.read(&Query::for_tags(["order:1234"]), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(order.len(), 13);
+}
+
+/// `vm.max_map_count` is 65,530 by default: two mappings per sealed segment (its log and its
+/// index file) would stop a store of small segments at about 32,000 of them. Opening the store
+/// of 2,000 segments, and then reading all of it, must add a handful of mappings (the active
+/// segment, thread stacks), not one per segment.
+#[test]
+fn small_sealed_files_are_not_mapped() {
+    let stores = stores();
+    let _serial = serial();
+    let before = mappings();
+    let store = Store::open(&stores.large, buffered(SEGMENT)).unwrap();
+    let opened = mappings();
+    let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(all.len(), (LARGE - 1) * 13 + 1);
+    let read = mappings();
+    store.close().unwrap();
+    assert!(opened < before + 40, "open of {LARGE} segments: {before} mappings before, {opened} after");
+    assert!(read < before + 40, "reading {LARGE} segments: {before} mappings before open, {read} after the read");
+}
+
+/// Child process entry: opens the store in `LAPILLI_SCALE_DIR`, after opening and closing the
+/// one in `LAPILLI_SCALE_WARM` so that code and allocator are warm, and prints how much resident
+/// memory the open added.
+#[test]
+#[ignore = "entry point of the child process of open_cost_per_segment_does_not_grow"]
+fn scale_child() {
+    let (Some(dir), Some(warm)) = (std::env::var_os("LAPILLI_SCALE_DIR"), std::env::var_os("LAPILLI_SCALE_WARM")) else {
+        return;
+    };
+    Store::open(&warm, buffered(SEGMENT)).unwrap().close().unwrap();
+    let resident = resident_bytes();
+    let store = Store::open(&dir, buffered(SEGMENT)).unwrap();
+    println!("GREW {}", resident_bytes() - resident);
+    store.close().unwrap();
+}
+
+/// Resident bytes one open of `dir` adds, in a fresh process.
+fn memory_of_open(dir: &Path) -> f64 {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "scale_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("LAPILLI_SCALE_DIR", dir)
+        .env("LAPILLI_SCALE_WARM", &stores().one)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let grew = stdout.lines().find_map(|l| l.split_once("GREW ").map(|(_, rest)| rest.trim().to_string()));
+    grew.unwrap_or_else(|| panic!("child: {stdout}{}", String::from_utf8_lossy(&out.stderr))).parse().unwrap()
+}
+
+/// CPU seconds this thread has used.
+fn thread_cpu_seconds() -> f64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: plain syscall writing into a timespec we own.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) }, 0);
+    now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
+}
+
+/// CPU seconds one open of `dir` takes on the opening thread (where all of open's work is done).
+fn time_of_open(dir: &Path) -> f64 {
+    let start = thread_cpu_seconds();
+    let store = Store::open(dir, buffered(SEGMENT)).unwrap();
+    let took = thread_cpu_seconds() - start;
+    store.close().unwrap();
+    took
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Open time and resident memory per segment must not grow with the number of segments.
+///
+/// "Ratio <= 3" is read per segment: the store of 2,000 segments has 100 times the segments of
+/// the store of 20, so it may cost up to 300 times as much to open, not more. Per segment means
+/// above what opening the store of one segment costs (threads, the writer's queue, the active
+/// segment), since that fixed part would make the small store look expensive per segment and
+/// hide growth in the large one.
+///
+/// Time is the CPU time of the opening thread, which does all of open's work (wall time on a
+/// shared machine mostly measures the other processes). Each round opens the three stores one
+/// after the other, and the figure is the median over 21 rounds (after one that warms up) of
+/// each store's time minus the one-segment store's in the same round. Memory: each open runs in
+/// a fresh process (memory freed by an earlier open in the same process would hide growth),
+/// medians of 5. Memory is counted in whole pages, and the small store's sealed segments may
+/// fit in less than one, so its growth is taken to be at least one page.
+#[test]
+fn open_cost_per_segment_does_not_grow() {
+    let stores = stores();
+    let _serial = serial();
+    // A first round warms code and allocator up.
+    for dir in [&stores.one, &stores.small, &stores.large] {
+        time_of_open(dir);
+    }
+    let (mut small_time, mut large_time) = (Vec::new(), Vec::new());
+    for _ in 0..21 {
+        let one = time_of_open(&stores.one);
+        small_time.push((time_of_open(&stores.small) - one) / (SMALL - 1) as f64);
+        large_time.push((time_of_open(&stores.large) - one) / (LARGE - 1) as f64);
+    }
+    let (small_time, large_time) = (median(small_time), median(large_time));
+    let memory = |dir: &Path| median((0..5).map(|_| memory_of_open(dir)).collect());
+    let one_memory = memory(&stores.one);
+    let small_memory = (memory(&stores.small) - one_memory).max(4096.0) / (SMALL - 1) as f64;
+    let large_memory = (memory(&stores.large) - one_memory) / (LARGE - 1) as f64;
+    assert!(
+        large_time <= 3.0 * small_time,
+        "open time per segment: {:.1} us with {LARGE} segments, {:.1} us with {SMALL}",
+        large_time * 1e6,
+        small_time * 1e6
+    );
+    assert!(
+        large_memory <= 3.0 * small_memory,
+        "resident memory per segment: {large_memory:.0} bytes with {LARGE} segments, {small_memory:.0} with {SMALL}"
+    );
+}
