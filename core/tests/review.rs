@@ -91,8 +91,12 @@ fn map_failure_child() {
     let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: plain syscall.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &unlimited) }, 0);
-    let failed = failed.expect_err("the roll-over could not map the new segment");
-    println!("FAILED {failed}");
+    // Since the fix the next segment is mapped while it is prepared (before the limit here), so
+    // the roll-over may well succeed; either way nothing may be left that breaks the store.
+    match failed {
+        Ok(big) => println!("BIG {}", big.first.get()),
+        Err(e) => println!("FAILED {e}"),
+    }
     // The writer was not poisoned: this small append lands in the old segment.
     match store.append(vec![Event::new("Small", ["t"], vec![5u8; 10])], None) {
         Ok(small) => println!("ACK {} {}", head, small.first.get()),
@@ -110,6 +114,9 @@ fn map_failure_child() {
 /// segment's name allows, and the store refuses to open (`Corruption`): every acknowledged
 /// append becomes unreachable. (A follower would also move to the stray segment and stop
 /// seeing the appends.) The child process limits its address space so that the mapping fails.
+/// (Fixed by mapping the segment on the preparer's thread before it is renamed, so that only
+/// the directory sync can fail after the rename, and that poisons; the roll-over here then
+/// succeeds or fails cleanly, and the store must open with every acknowledged append.)
 #[test]
 fn a_failed_mapping_after_the_rename_leaves_no_stray_segment() {
     if std::env::var("LAPILLI_REVIEW_MAP_CHILD").is_ok() {
