@@ -137,3 +137,96 @@ fn running_out_of_descriptors_is_reported_as_corruption() {
     let line = stdout.lines().find(|l| l.starts_with("KIND ") || l.starts_with("READ ")).expect("the child's answer");
     assert!(!line.starts_with("KIND Corruption"), "out of descriptors, the read said the store is damaged: {line}");
 }
+
+const FOLLOW_CHILD: &str = "LAPILLI_REVIEW2_FOLLOW_CHILD";
+const NOBODY: u32 = 65534;
+
+/// The child half of `a_follower_that_cannot_read_a_new_segment_answers_a_stale_head_forever`:
+/// runs only when `LAPILLI_REVIEW2_FOLLOW_CHILD` names a store. Follows it, says where it
+/// started, waits for the parent's `go` file, gives the follower two seconds, and says what
+/// `head()` answers then.
+#[test]
+fn stale_follower_child() {
+    let Some(dir) = std::env::var_os(FOLLOW_CHILD) else { return };
+    let dir = PathBuf::from(dir);
+    let follower = Store::open_read_only(&dir).unwrap();
+    println!("\nSTART {}", follower.head().unwrap().get());
+    let go = dir.parent().unwrap().join("go");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !go.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    match follower.head() {
+        Ok(head) => println!("\nNOW Ok {}", head.get()),
+        Err(e) => println!("\nNOW Err {:?} {e}", e.kind()),
+    }
+    follower.close().unwrap();
+}
+
+/// Hang (`follow.rs`, `Follower::run`): a follower that hits an `Io` error while following
+/// (here the next segment cannot be opened: permission denied) prints one line to stderr and
+/// retries every 5 ms forever; `head()` keeps answering the stale head with `Ok`, reads answer
+/// from it, and subscribers wait for events that never come, with no error anywhere. Worse, the
+/// error returns from `advance` (via `open_segment(..)?` in the roll-over branch) before the
+/// head is published, so even the batches it accepted from the readable segment before the
+/// roll-over stay invisible (here it answers 5 while 46 events are readable to it). Options
+/// may change between opens: a writer restarted with the default `file_mode` (0o600) after one
+/// with 0o644 creates its next segment unreadable to a follower running as another user. A
+/// follower opened now is refused with `Io` (ARCHITECTURE, "Who can read the events"); the one
+/// already running must not answer as if the log had stopped. Suggested fix: after a bounded
+/// run of failed polls (or at once for `PermissionDenied`/`NotFound` on a segment that must
+/// exist), fail the handle with that `Io` error through `Published::fail`, as for `Corruption`.
+/// (Runs the child as uid 65534; skipped where the tests do not run as root.)
+#[test]
+fn a_follower_that_cannot_read_a_new_segment_answers_a_stale_head_forever() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os(FOLLOW_CHILD).is_some() {
+        return;
+    }
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: not root, cannot run the follower as another user");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    fs::set_permissions(root.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = root.path().join("store");
+    let shared = lapilli_core::Options { file_mode: 0o644, ..buffered(4096) };
+    let store = Store::open(&dir, shared).unwrap();
+    for i in 0..5u32 {
+        store.append(vec![Event::new("N", [format!("n:{i}")], vec![1; 40])], None).unwrap();
+    }
+    store.close().unwrap();
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "stale_follower_child", "--nocapture", "--test-threads", "1"])
+        .env(FOLLOW_CHILD, &dir)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let start = lines.by_ref().map(|l| l.unwrap()).find(|l| l.starts_with("START ") || l.contains("panicked"));
+    assert_eq!(start.as_deref(), Some("START 5"), "the follower child did not start");
+
+    // The writer restarts with the default mode and rolls over into a segment only its owner
+    // may read.
+    let store = Store::open(&dir, buffered(4096)).unwrap();
+    let mut head = 5;
+    while common::segment_files(&dir).len() < 3 {
+        head = store.append(vec![Event::new("N", ["later"], vec![2; 40])], None).unwrap().last.get();
+    }
+    store.close().unwrap();
+    fs::write(root.path().join("go"), b"").unwrap();
+
+    let now = lines.map(|l| l.unwrap()).find(|l| l.starts_with("NOW ")).expect("the child's answer");
+    let _ = child.wait();
+    assert!(
+        now == format!("NOW Ok {head}") || now.starts_with("NOW Err Io"),
+        "the writer's head is {head}; two seconds later the follower answers {now:?}, with no error"
+    );
+}
