@@ -42,6 +42,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
 /// Listing costs a pass over every file name, unlike the one `stat` of the next segment's name
 /// that each poll pays; a tenth of a second bounds how long such a follower answers stale.
 const LISTING_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a follower retries an I/O error before it fails its handle with it.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(1);
 
 struct FollowedSegment {
     entry: Arc<SegmentEntry>,
@@ -167,8 +169,12 @@ impl Follower {
             if next_exists {
                 catch_up(active)?;
                 self.next_position = active.point.next_position;
-                if let Some(next) = self.open_segment(self.next_position)? {
+                // Everything of this segment is accepted: show it before touching the next one,
+                // whose open may fail.
+                if self.next_position - 1 != self.published.head() {
                     self.published.publish_head(self.next_position - 1);
+                }
+                if let Some(next) = self.open_segment(self.next_position)? {
                     if let Some(sealed) = self.active.replace(next) {
                         self.unsealed.push((sealed.entry, self.next_position));
                     }
@@ -256,20 +262,31 @@ impl Follower {
     /// Polls until the store handle is closed (which unparks this thread), or until the log it
     /// accepted turns out to have been rewritten, which fails the handle: no later poll can
     /// make its answers exact again.
+    ///
+    /// A follower that cannot follow says so instead of answering a stale head as if the log
+    /// had stopped: `Corruption` and a refused permission (a segment it must read and cannot:
+    /// no retry will change that) fail the handle at once; any other error fails it once it has
+    /// lasted [`GIVE_UP_AFTER`] (a transient one, such as running out of descriptors, is
+    /// retried until then).
     pub fn run(mut self) {
-        let mut reported = false;
+        let mut failing_since: Option<std::time::Instant> = None;
         while !self.published.closed.load(Ordering::Acquire) {
             match self.advance() {
-                Ok(()) => reported = false,
-                Err(e) if e.kind() == ErrorKind::Corruption => {
+                Ok(()) => failing_since = None,
+                Err(e)
+                    if e.kind() == ErrorKind::Corruption
+                        || e.io_kind() == Some(io::ErrorKind::PermissionDenied)
+                        || failing_since.is_some_and(|since| since.elapsed() >= GIVE_UP_AFTER) =>
+                {
                     self.published.fail(e);
                     return;
                 }
-                Err(e) if !reported => {
-                    eprintln!("lapilli: follower of {} cannot advance: {e}", self.dir.display());
-                    reported = true;
+                Err(e) => {
+                    if failing_since.is_none() {
+                        eprintln!("lapilli: follower of {} cannot advance (retrying): {e}", self.dir.display());
+                        failing_since = Some(std::time::Instant::now());
+                    }
                 }
-                Err(_) => {}
             }
             std::thread::park_timeout(POLL_INTERVAL);
         }

@@ -16,7 +16,7 @@ use crate::index::file::{self as index_file, IndexFile, index_path};
 use crate::index::seal;
 use crate::index::tail::TailIndex;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, parse_segment_file_name};
-use crate::log::recovery::{ScanPoint, Tail, scan_records};
+use crate::log::recovery::{ScanPoint, Tail, scan_committed, scan_records};
 use crate::log::segment::{
     ActiveSegment, FileBytes, check_header, create_segment, drop_cached_pages, grow_empty_segment, open_with_mode,
     sync_dir,
@@ -371,6 +371,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     let leftover_temporaries = index_temporaries(dir)?;
     let count = segments.len();
     let (base, path) = segments.pop().expect("at least one segment");
+    let last_sealed = segments.last().map(|(sealed_base, sealed_path)| (*sealed_base, sealed_path.clone()));
     let sealed = load_sealed(segments, base, Rebuilds::Write { mode: options.file_mode }, &mut report)?;
     let next_position = sealed.next_position;
     if base != next_position {
@@ -407,6 +408,30 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     };
     let scan = scan_records(&log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
     report.scanned_log_bytes += log.len() as u64;
+    // Commit times never go backwards: with no event in the active segment, the writer's clock
+    // starts from the newest event of the last sealed one. Found here, before this open changes
+    // any file, so that a damaged segment refuses the open with nothing changed.
+    let last_recorded_at = match (scan.event_offsets.is_empty(), last_sealed) {
+        (true, Some((sealed_base, sealed_path))) => {
+            let sealed_log = FileBytes::load_sealed(&sealed_path)?;
+            report.scanned_log_bytes += sealed_log.len() as u64;
+            let sealed_header = check_header(&sealed_log, sealed_base, &sealed_path)?;
+            let sealed_scan = scan_committed(
+                &sealed_log,
+                ScanPoint { offset: HEADER_LEN, chain: sealed_header, next_position: sealed_base },
+            );
+            if sealed_scan.end.next_position != base {
+                return Err(Error::corruption(format!(
+                    "sealed segment {} is damaged at byte {}: its committed events end at position {}, the next segment starts at {base}",
+                    sealed_path.display(),
+                    sealed_scan.end.offset,
+                    sealed_scan.end.next_position - 1
+                )));
+            }
+            sealed_scan.last_recorded_at
+        }
+        _ => scan.last_recorded_at,
+    };
     if let Tail::Torn(torn) = &scan.tail {
         // Zero the torn run so the tail reads clean. The chained CRC already keeps any byte we
         // miss from being adopted by a later batch.
@@ -440,7 +465,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         entry,
         tail,
         report,
-        last_recorded_at: scan.last_recorded_at,
+        last_recorded_at,
     })
 }
 

@@ -76,12 +76,6 @@ impl Store {
         let recovery = recovered.report;
         let head = recovery.head.get();
         published.publish_head(head);
-        // Commit times never go backwards, also when the active segment holds no event yet and
-        // the newest event lies in a sealed segment.
-        let last_recorded_at = match recovered.last_recorded_at {
-            0 if head > 0 => newest_recorded_at(&published)?,
-            at => at,
-        };
         let (to_sealer, sealer_queue) = std::sync::mpsc::channel();
         let sealer_published = published.clone();
         let file_mode = options.file_mode;
@@ -98,7 +92,7 @@ impl Store {
             next_segment: SegmentPreparer::start(&path, options.segment_size, options.file_mode)?,
             durability: options.durability,
             head,
-            last_recorded_at,
+            last_recorded_at: recovered.last_recorded_at,
             poisoned: None,
             poisoned_by_sync: false,
         };
@@ -370,15 +364,6 @@ impl Drop for Store {
     fn drop(&mut self) {
         let _ = self.close();
     }
-}
-
-/// The commit time of the newest event in the store (which has one).
-fn newest_recorded_at(published: &Published) -> Result<u64> {
-    let newest = ReadOptions { backwards: true, limit: Some(1), ..ReadOptions::default() };
-    let mut read = ReadResult::new(published.snapshot(), Query::all(), newest)?;
-    let mut at = 0;
-    read.visit(1, |event| at = event.recorded_at)?;
-    Ok(at)
 }
 
 /// An encoded request before it gets its reply slot.

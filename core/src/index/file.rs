@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventView;
 use crate::index::filter::TagFilter;
 use crate::index::postings::{Postings, SortedList};
@@ -393,19 +393,24 @@ impl IndexFile {
         if let Some(verified) = self.verified.get() {
             return Ok(verified);
         }
-        let verified = match FileBytes::load_sealed(&self.path).and_then(|bytes| self.verify(Arc::new(bytes))) {
+        // Loading is I/O (descriptors, memory, the file itself): its errors pass through as they
+        // are. Only bytes that do not verify are damage.
+        let bytes = FileBytes::load_sealed(&self.path)?;
+        let verified = match self.verify(Arc::new(bytes)) {
             Ok(verified) => verified,
+            Err(error) if error.kind() != ErrorKind::Corruption => return Err(error),
             // The index is derived from its log: a damaged body is rebuilt from the segment, in
             // memory (a follower never writes; the next writable open finds the damage again
             // and rebuilds it the same way), and the read goes on with exact answers.
             Err(damage) => {
-                let rebuilt = self.rebuild_from_log().map_err(|e| {
-                    Error::corruption(format!(
+                let rebuilt = self.rebuild_from_log().map_err(|e| match e.kind() {
+                    ErrorKind::Corruption => Error::corruption(format!(
                         "index {}: {}; rebuilding it from its segment failed too: {}",
                         self.path.display(),
                         damage.message(),
                         e.message()
-                    ))
+                    )),
+                    _ => e,
                 })?;
                 eprintln!(
                     "lapilli: index {}: {}; answering from an index rebuilt from its segment (remove the file to have the next open write it again)",
