@@ -75,6 +75,9 @@ class FollowerTest {
                         writer = startWriter(binary, dir)
                         eventually("the restarted writer to be followed") { follower.head() > atKill }
                     }
+                    // Stop the writer first: a writer that outpaces the drain would never leave
+                    // the subscription a quiet 100 ms to stop on.
+                    writer.destroyForcibly().waitFor()
                     while (true) {
                         val batch = subscription.nextBatch(1000, 100.milliseconds) ?: break
                         if (batch.isEmpty()) break
