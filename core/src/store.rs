@@ -164,6 +164,13 @@ impl Store {
         self.published.commit_groups.load(Ordering::Relaxed)
     }
 
+    /// How many staged events the writer indexed for the conditions of later requests in their
+    /// group, for tests that show groups without a condition pay nothing for it.
+    #[doc(hidden)]
+    pub fn staged_events_indexed(&self) -> u64 {
+        self.published.staged_events_indexed.load(Ordering::Relaxed)
+    }
+
     /// Tag-dictionary lookups made so far in sealed segments' index files, for tests of what a
     /// condition check touches.
     #[doc(hidden)]

@@ -236,3 +236,22 @@ fn conditions_rule_out_sealed_segments_without_their_tag_dictionaries() {
     assert!(lookups * 20 < 2 * sealed, "{lookups} tag-dictionary lookups for 2 x {sealed} segment checks");
     store.close().unwrap();
 }
+
+/// The writer indexes a group's staged events (type and tags) only so that later requests of
+/// the same group can check their conditions against them: a group without any condition no
+/// longer pays for it (every staged event was decoded and hashed before).
+#[test]
+fn groups_without_a_condition_index_nothing_for_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), buffered(1 << 20)).unwrap();
+    let pending: Vec<_> =
+        (0..200u32).map(|i| store.submit(vec![Event::new("E", [format!("e:{i}")], vec![])], None)).collect();
+    for p in pending {
+        p.wait().unwrap();
+    }
+    assert_eq!(store.staged_events_indexed(), 0, "unconditional groups indexed their staged events");
+    let guarded = AppendCondition::new(Query::for_tags(["nobody"]));
+    store.append(vec![Event::new("E", ["x"], vec![]), Event::new("E", ["y"], vec![])], Some(guarded)).unwrap();
+    assert_eq!(store.staged_events_indexed(), 2, "a group with a condition indexes what it stages");
+    store.close().unwrap();
+}

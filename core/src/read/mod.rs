@@ -49,6 +49,9 @@ pub(crate) struct Published {
     pub sealing: AtomicU64,
     /// Batches of appends written with one write (and one fsync): a statistic for tests.
     pub commit_groups: AtomicU64,
+    /// Staged events indexed for in-group conditions: a statistic for tests (groups without a
+    /// condition index none).
+    pub staged_events_indexed: AtomicU64,
     /// Why this handle can no longer answer exactly (a follower whose accepted log was
     /// rewritten under it). Set once; from then on every read, `head()` and subscription fails
     /// with it rather than answer from bytes that are no longer the log.
@@ -68,6 +71,7 @@ impl Published {
             planner: AtomicU8::new(0),
             sealing: AtomicU64::new(0),
             commit_groups: AtomicU64::new(0),
+            staged_events_indexed: AtomicU64::new(0),
             failure: Arc::default(),
             listed_segments: AtomicU64::new(0),
         }

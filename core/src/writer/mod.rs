@@ -217,6 +217,7 @@ impl Writer {
                 let view = EventView::decode(position, &commit.bytes[start + FRAME_LEN..end])
                     .expect("staged events were encoded by us");
                 staged.add(&view);
+                self.published.staged_events_indexed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             commit.event_frames.push(start);
         }
