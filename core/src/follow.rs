@@ -165,7 +165,7 @@ impl Follower {
             // again, so once the next exists, one more pass over this one sees all of it.
             // (A segment is only ever created to hold an event, so an empty one is never sealed.)
             let next_exists = self.next_position > active.entry.base
-                && self.dir.join(segment_file_name(self.next_position)).exists();
+                && segment_exists(&self.dir, self.next_position);
             if next_exists {
                 catch_up(active)?;
                 self.next_position = active.point.next_position;
@@ -252,7 +252,7 @@ impl Follower {
         // missed, so a busy writer's next segment can be absent from it while a later one is
         // there. The writer makes segments in position order and never removes one it has
         // filled, so if the segment this follower waits for exists now, nothing was rewritten.
-        if base > self.next_position && self.dir.join(segment_file_name(self.next_position)).exists() {
+        if base > self.next_position && segment_exists(&self.dir, self.next_position) {
             return Ok(());
         }
         Err(Error::corruption(format!(
@@ -300,8 +300,11 @@ impl Follower {
     }
 }
 
-/// Accepts what was committed since the last pass; returns whether there was anything. When
-/// there was not, checks that what was accepted is still there.
+/// Whether the segment based at `base` exists in `dir`.
+fn segment_exists(dir: &Path, base: u64) -> bool {
+    dir.join(segment_file_name(base)).exists()
+}
+
 /// Whether the records written after the accepted part (followed by their lengths, up to the
 /// first all-zero frame) run past this mapping: only then can the file have grown under us, so
 /// only then is it worth a `stat`. Usually the first frame is zeros and this reads 8 bytes.
@@ -336,9 +339,12 @@ fn remap_if_grown(segment: &FollowedSegment) -> Result<Option<Arc<SegmentEntry>>
         return Ok(None);
     }
     let log = FileBytes::map(path, &file)?;
-    Ok(Some(Arc::new(SegmentEntry::loaded(entry.base, path.to_path_buf(), log, SegmentIndex::Tail(segment.tail.clone())))))
+    let index = SegmentIndex::Tail(segment.tail.clone());
+    Ok(Some(Arc::new(SegmentEntry::loaded(entry.base, path.to_path_buf(), log, index))))
 }
 
+/// Accepts what was committed since the last pass; returns whether there was anything. When
+/// there was not, checks that what was accepted is still there.
 fn catch_up(segment: &mut FollowedSegment) -> Result<bool> {
     let bytes = segment.entry.log.bytes()?;
     let scan = scan_committed(bytes, segment.point);

@@ -16,7 +16,7 @@ use crate::index::file::{self as index_file, IndexFile, index_path};
 use crate::index::seal;
 use crate::index::tail::TailIndex;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, parse_segment_file_name};
-use crate::log::recovery::{ScanPoint, Tail, scan_committed, scan_records};
+use crate::log::recovery::{ScanPoint, Tail, scan_records};
 use crate::log::segment::{
     ActiveSegment, FileBytes, check_header, create_segment, drop_cached_pages, grow_empty_segment, open_with_mode,
     sync_dir,
@@ -415,20 +415,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         (true, Some((sealed_base, sealed_path))) => {
             let sealed_log = FileBytes::load_sealed(&sealed_path)?;
             report.scanned_log_bytes += sealed_log.len() as u64;
-            let sealed_header = check_header(&sealed_log, sealed_base, &sealed_path)?;
-            let sealed_scan = scan_committed(
-                &sealed_log,
-                ScanPoint { offset: HEADER_LEN, chain: sealed_header, next_position: sealed_base },
-            );
-            if sealed_scan.end.next_position != base {
-                return Err(Error::corruption(format!(
-                    "sealed segment {} is damaged at byte {}: its committed events end at position {}, the next segment starts at {base}",
-                    sealed_path.display(),
-                    sealed_scan.end.offset,
-                    sealed_scan.end.next_position - 1
-                )));
-            }
-            sealed_scan.last_recorded_at
+            seal::scan_sealed(&sealed_log, sealed_base, base, &sealed_path)?.last_recorded_at
         }
         _ => scan.last_recorded_at,
     };

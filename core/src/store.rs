@@ -117,7 +117,8 @@ impl Store {
     /// writer; it sees whole committed batches only, and follows new commits (reads, `head()`
     /// and subscriptions see them within a few milliseconds). `append` fails with `ReadOnly`.
     /// If the batches it accepted are later cut back or rewritten under it, every operation
-    /// fails with `Corruption` from then on (blocked subscribers wake with it): reopen it.
+    /// fails with `Corruption` from then on (blocked subscribers wake with it), and if it cannot
+    /// read a segment it must follow, with that `Io` error: reopen it.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         let published = Arc::new(Published::new());
@@ -198,7 +199,8 @@ impl Store {
     /// index file, for tests (the active segment, and sealed ones whose file is not in use yet).
     #[doc(hidden)]
     pub fn tail_indexed_segments(&self) -> usize {
-        self.published.segments.load().iter().filter(|segment| matches!(**segment.index.load(), crate::index::SegmentIndex::Tail(_))).count()
+        let segments = self.published.segments.load();
+        segments.iter().filter(|segment| matches!(**segment.index.load(), crate::index::SegmentIndex::Tail(_))).count()
     }
 
     /// What recovery found when this handle opened the store.
@@ -339,23 +341,26 @@ impl Store {
         let Some(threads) = running.take() else {
             return Ok(());
         };
-        let mut outcome = Ok(());
         self.published.closed.store(true, Ordering::Release);
         self.published.notifier.notify();
-        match threads {
+        let outcome = match threads {
             Threads::Writer { writer, sealer } => {
                 if let Some(queue) = &self.queue {
                     let _ = queue.send(Command::Shutdown);
                 }
-                outcome = writer.join().unwrap_or_else(|_| Err(Error::io("the writer thread panicked", &std::io::Error::other("panic"))));
+                let written = writer
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::io("the writer thread panicked", &std::io::Error::other("panic"))));
                 // The writer dropped the sealer's queue: the sealer finishes what it has and stops.
                 let _ = sealer.join();
+                written
             }
             Threads::Follower(follower) => {
                 follower.thread().unpark();
                 let _ = follower.join();
+                Ok(())
             }
-        }
+        };
         if let Some(lock) = self.lock.lock().unwrap_or_else(|p| p.into_inner()).take() {
             // Unlock explicitly rather than only by closing the descriptor: a child that another
             // thread forks meanwhile shares the lock's open file description until it execs, and

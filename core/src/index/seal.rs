@@ -8,8 +8,9 @@ use std::sync::mpsc::Receiver;
 use crate::error::{Error, Result};
 use crate::index::SegmentIndex;
 use crate::index::file::{self, IndexFile, index_path};
-use crate::log::format::{HEADER_LEN, decode_header};
-use crate::log::recovery::{ScanPoint, Stop, scan_committed};
+use crate::log::format::HEADER_LEN;
+use crate::log::recovery::{Scan, ScanPoint, Stop, scan_committed};
+use crate::log::segment::check_header;
 use crate::read::{Published, SegmentEntry};
 use std::sync::atomic::Ordering;
 
@@ -23,9 +24,16 @@ use std::sync::atomic::Ordering;
 /// stops at the hole without reading further, so they survive until the segment is sealed).
 /// A prefix that ends earlier lost a committed batch: `Corruption`.
 pub(crate) fn encode(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> Result<Vec<u8>> {
-    let header = decode_header(log)
-        .map_err(|e| Error::corruption(format!("segment {}: {}", log_path.display(), e.message())))?;
-    let scan = scan_committed(log, ScanPoint { offset: HEADER_LEN, chain: header.crc, next_position: base });
+    let scan = scan_sealed(log, base, next_base, log_path)?;
+    let contents = file::contents_of(log, base, &scan.event_offsets, scan.end.offset as u64)?;
+    Ok(file::encode(&contents))
+}
+
+/// Runs the recovery rule over a sealed segment's log bytes: its committed prefix must end
+/// exactly at `next_base` (the rule of [`encode`]), else `Corruption`.
+pub(crate) fn scan_sealed(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> Result<Scan<Stop>> {
+    let header_crc = check_header(log, base, log_path)?;
+    let scan = scan_committed(log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
     if scan.end.next_position != next_base {
         let why = match &scan.tail {
             Stop::Torn { reason, .. } => format!("is damaged at byte {}: {reason}", scan.end.offset),
@@ -37,8 +45,7 @@ pub(crate) fn encode(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> 
             scan.end.next_position - 1,
         )));
     }
-    let contents = file::contents_of(log, base, &scan.event_offsets, scan.end.offset as u64)?;
-    Ok(file::encode(&contents))
+    Ok(scan)
 }
 
 /// Encodes and writes (durably) the index file of a sealed segment, and opens it: like an

@@ -88,9 +88,10 @@ impl SegmentPreparer {
 
     /// The next segment, named for `base`, with its mapping and its header's CRC (the chain
     /// seed of its first record): waits for the preparation (starting it if nobody asked yet),
-    /// writes and syncs the header, renames the file into place and syncs the directory. An error before the rename leaves no segment behind (the next roll-over
-    /// prepares again); an error after it is returned as `poisoning` (the file exists, and
-    /// whether its name is durable is unknown).
+    /// writes and syncs the header, renames the file into place and syncs the directory. An
+    /// error before the rename leaves no segment behind (the next roll-over prepares again); an
+    /// error after it is [`InstallError::Poison`] (the file exists, and whether its name is
+    /// durable is unknown).
     pub fn install(&mut self, base: u64) -> std::result::Result<Installed, InstallError> {
         self.request();
         self.pending = false;
@@ -154,9 +155,9 @@ impl Drop for SegmentPreparer {
     }
 }
 
-/// Writes `size` bytes of zeros to a fresh file at `path` and syncs it. The header is left to
-/// the roll-over (it holds the base).
-/// Also maps the file, so that the roll-over has nothing left to fail after the rename.
+/// Writes `size` bytes of zeros to a fresh file at `path`, syncs it and maps it (so that the
+/// roll-over has nothing left to fail after the rename). The header is left to the roll-over:
+/// it holds the base.
 fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<(File, FileBytes)> {
     let cannot = |e: &io::Error| Error::io(format_args!("cannot prepare segment {}", path.display()), e);
     let file = open_with_mode(path, OpenOptions::new().read(true).write(true).create(true).truncate(true), mode)

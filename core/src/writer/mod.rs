@@ -17,7 +17,8 @@ use crate::index::tail::TailIndex;
 use crate::log::prepare::{InstallError, Installed, SegmentPreparer};
 use crate::log::segment::ActiveSegment;
 use crate::position::Position;
-use crate::read::{Published, SegmentEntry};
+use crate::query::Query;
+use crate::read::{Published, SegmentEntry, Snapshot};
 use crate::append::{AppendCondition, AppendResult};
 use crate::options::Durability;
 use condition::StagedIndex;
@@ -120,16 +121,17 @@ impl Writer {
             }
         }
         // Whatever is still queued is dropped here, answering `Closed`.
-        if let Some(poison) = &self.poisoned {
-            if self.poisoned_by_sync && self.durability == Durability::Buffered {
+        match &self.poisoned {
+            // With `buffered` durability, appends acknowledged since the last good fsync may
+            // not be on disk, and no fsync after a failed one can be trusted to say.
+            Some(poison) if self.poisoned_by_sync && self.durability == Durability::Buffered => {
                 return Err(poison.clone());
             }
-            if self.poisoned_by_sync {
-                // Every acknowledged append was synced before the failed fsync.
-                return Ok(());
-            }
-            // Poisoned by a failed write: what was acknowledged before it still needs its
-            // final fsync (with `buffered` durability it has had none).
+            // With `fsync` durability, every acknowledged append was synced before it failed.
+            Some(_) if self.poisoned_by_sync => return Ok(()),
+            // Not poisoned, or poisoned by a failed write: what was acknowledged before still
+            // needs its final fsync (with `buffered` durability it has had none).
+            _ => {}
         }
         crate::fault::io_point("close.fsync").and_then(|_| self.active.sync_data()).map_err(|e| {
             Error::io(format_args!("final fsync of {} failed", self.active.path.display()), &e)
@@ -171,31 +173,38 @@ impl Writer {
     /// the head its check saw, plus what this group already staged.
     fn check_condition(&self, request: &AppendRequest, commit: &Commit) -> Result<()> {
         let Some(condition) = &request.condition else { return Ok(()) };
-        let staged_base = self.head + 1;
         let snapshot = self.published.snapshot();
         let checked = &request.checked;
         let after = condition.after.map_or(0, Position::get);
         let boundary = &condition.fail_if_events_match;
-        let found = match snapshot.first_match(boundary, after.max(checked.through), self.head)? {
-            Some(position) => Some(position),
-            None => commit.staged.as_ref().and_then(|staged| staged.first_match(boundary, staged_base)),
-        };
-        if let Some(position) = found {
+        if let Some(position) = self.first_match_since(&snapshot, commit, boundary, after.max(checked.through))? {
             return Err(condition::conflict(position, after));
         }
         if let Some(exists) = &condition.fail_if_exists {
             let found = match checked.existing {
                 Some(position) => Some(position),
-                None => match snapshot.first_match(exists, checked.through, self.head)? {
-                    Some(position) => Some(position),
-                    None => commit.staged.as_ref().and_then(|staged| staged.first_match(exists, staged_base)),
-                },
+                None => self.first_match_since(&snapshot, commit, exists, checked.through)?,
             };
             if let Some(position) = found {
                 return Err(condition::already_exists(position));
             }
         }
         Ok(())
+    }
+
+    /// The first event matching `query` after `from`: in the committed log up to the writer's
+    /// head, else among the batches this group staged so far.
+    fn first_match_since(
+        &self,
+        snapshot: &Snapshot,
+        commit: &Commit,
+        query: &Query,
+        from: u64,
+    ) -> Result<Option<Position>> {
+        Ok(match snapshot.first_match(query, from, self.head)? {
+            Some(position) => Some(position),
+            None => commit.staged.as_ref().and_then(|staged| staged.first_match(query, self.head + 1)),
+        })
     }
 
     /// Copies a request's frames into the commit, stamps the commit time, chains the CRCs and
