@@ -441,11 +441,7 @@ fn eio_on_fsync_poisons_the_writer_until_reopen() {
     assert_eq!(next.first.get(), head + 1);
     store.close().unwrap();
     let store = Store::open(dir.path(), options()).unwrap();
-    let seqs: Vec<u32> = store
-        .read(&Query::all(), ReadOptions::default())
-        .unwrap()
-        .filter_map(|e| header(&e.unwrap()).filter(|h| h[2] == 0).map(|h| h[1]))
-        .collect();
+    let seqs = batch_seqs(&store);
     assert_eq!(seqs, vec![0, 1, 2, 5]);
     store.close().unwrap();
 }
@@ -465,6 +461,16 @@ fn a_failed_final_fsync_is_reported_by_close() {
     assert!(store.close().is_ok(), "close stays idempotent");
     let store = Store::open(dir.path(), buffered).unwrap();
     store.close().unwrap();
+}
+
+/// The sequence number of every batch in the store, in position order (read from the header
+/// each batch's first event carries).
+fn batch_seqs(store: &Store) -> Vec<u32> {
+    store
+        .read(&Query::all(), ReadOptions::default())
+        .unwrap()
+        .filter_map(|e| header(&e.unwrap()).filter(|h| h[2] == 0).map(|h| h[1]))
+        .collect()
 }
 
 fn libc_eio() -> i32 {
@@ -494,11 +500,7 @@ fn enospc_on_preallocation_fails_the_append_and_the_store_still_reopens() {
     store.close().unwrap();
     let store = Store::open(dir.path(), options()).unwrap();
     assert_eq!(store.head().unwrap().get(), head + batch(2, failed_seq + 1).len() as u64);
-    let seqs: Vec<u32> = store
-        .read(&Query::all(), ReadOptions::default())
-        .unwrap()
-        .filter_map(|e| header(&e.unwrap()).filter(|h| h[2] == 0).map(|h| h[1]))
-        .collect();
+    let seqs = batch_seqs(&store);
     let mut expected: Vec<u32> = (0..failed_seq).collect();
     expected.push(failed_seq + 1);
     assert_eq!(seqs, expected, "the refused append left nothing behind");
@@ -524,11 +526,7 @@ fn a_short_write_poisons_the_writer_until_reopen() {
     assert!(store.recovery().torn_tail.is_some(), "the half-written batch is cut back: {:?}", store.recovery());
     let ok = store.append(batch(3, 2), None).unwrap();
     assert_eq!(ok.first.get(), batch(3, 0).len() as u64 + 1, "the failed batch took no position");
-    let seqs: Vec<u32> = store
-        .read(&Query::all(), ReadOptions::default())
-        .unwrap()
-        .filter_map(|e| header(&e.unwrap()).filter(|h| h[2] == 0).map(|h| h[1]))
-        .collect();
+    let seqs = batch_seqs(&store);
     assert_eq!(seqs, vec![0, 2]);
     store.close().unwrap();
 }

@@ -5,8 +5,10 @@
 //! nothing unless `LAPILLI_LOCK_PROBE` names a directory, in which case it tries to open that
 //! store and exits with a code saying what happened.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use lapilli_core::{Durability, ErrorKind, Options, Store};
 
@@ -48,8 +50,7 @@ fn lock_probe_child() {
 }
 
 fn probe_from_child(dir: &Path) -> i32 {
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args(["lock_probe_child", "--exact", "--nocapture", "--test-threads=1"])
+    let status = common::child_test("lock_probe_child")
         .env(PROBE_DIR, dir)
         .env(PROBE_HOLDER, std::process::id().to_string())
         .stdout(Stdio::null())

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::buffered;
 use lapilli_core::{ErrorKind, Event, Options, Store};
@@ -147,8 +147,7 @@ fn cannot_probe() -> Option<String> {
 
 /// Runs the probe child as `NOBODY` on `dir`; returns what it said its open did.
 fn probe_as_nobody(dir: &Path) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["follower_probe_child", "--exact", "--nocapture", "--test-threads=1"])
+    let out = common::child_test("follower_probe_child")
         .env(PROBE_DIR, dir)
         .uid(NOBODY)
         .gid(NOBODY)

@@ -123,13 +123,9 @@ fn a_failed_mapping_after_the_rename_leaves_no_stray_segment() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "map_failure_child", "--nocapture", "--test-threads", "1"])
-        .env("LAPILLI_REVIEW_MAP_CHILD", dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let mut child = common::child_test("map_failure_child");
+    child.env("LAPILLI_REVIEW_MAP_CHILD", dir.path());
+    let stdout = common::child_output(child);
     let acked = stdout.lines().find_map(|l| l.strip_prefix("ACK "));
     let store = Store::open(dir.path(), buffered(16 << 20))
         .unwrap_or_else(|e| panic!("after the child ({}), the store does not open: {e}", stdout.trim()));

@@ -127,13 +127,9 @@ fn running_out_of_descriptors_is_an_io_error_not_corruption() {
     }
     store.close().unwrap();
     assert!(files_with(dir.path(), "idx").len() >= 3);
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "fd_exhaustion_child", "--nocapture", "--test-threads", "1"])
-        .env("LAPILLI_REVIEW2_FD_CHILD", dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let mut child = common::child_test("fd_exhaustion_child");
+    child.env("LAPILLI_REVIEW2_FD_CHILD", dir.path());
+    let stdout = common::child_output(child);
     let line = stdout.lines().find(|l| l.starts_with("KIND ") || l.starts_with("READ ")).expect("the child's answer");
     assert!(!line.starts_with("KIND Corruption"), "out of descriptors, the read said the store is damaged: {line}");
 }
@@ -201,8 +197,7 @@ fn a_follower_that_cannot_read_a_new_segment_fails_instead_of_answering_a_stale_
     }
     store.close().unwrap();
 
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "stale_follower_child", "--nocapture", "--test-threads", "1"])
+    let mut child = common::child_test("stale_follower_child")
         .env(FOLLOW_CHILD, &dir)
         .uid(NOBODY)
         .gid(NOBODY)

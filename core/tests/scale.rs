@@ -16,7 +16,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use std::time::{Duration, Instant};
@@ -146,8 +145,8 @@ fn scale_child() {
 
 /// Resident bytes one open of `dir` adds, in a fresh process.
 fn memory_of_open(dir: &Path) -> f64 {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "scale_child", "--ignored", "--nocapture", "--test-threads=1"])
+    let out = common::child_test("scale_child")
+        .arg("--ignored")
         .env("LAPILLI_SCALE_DIR", dir)
         .env("LAPILLI_SCALE_WARM", &stores().one)
         .output()

@@ -87,3 +87,19 @@ pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
     v.sort();
     v
 }
+
+/// A command that runs the test `name` of this same test binary in a child process; that test
+/// returns at once unless the environment the caller gives the child says what to do.
+pub fn child_test(name: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", name, "--nocapture", "--test-threads=1"]);
+    command
+}
+
+/// Runs `command` to its end and returns its standard output; the child must succeed.
+pub fn child_output(mut command: std::process::Command) -> String {
+    let out = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "child failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
