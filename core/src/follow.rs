@@ -130,7 +130,7 @@ impl Follower {
         let log = FileBytes::map(&path, &file)?;
         let Ok(chain) = check_header(&log, base, &path) else { return Ok(None) };
         let tail = Arc::new(TailIndex::new());
-        let entry = Arc::new(SegmentEntry::loaded(base, path, log, SegmentIndex::Tail(tail.clone())));
+        let entry = Arc::new(SegmentEntry::loaded(base, path, Arc::new(log), SegmentIndex::Tail(tail.clone())));
         self.published.add_segment(entry.clone());
         Ok(Some(FollowedSegment {
             entry,
@@ -340,7 +340,7 @@ fn remap_if_grown(segment: &FollowedSegment) -> Result<Option<Arc<SegmentEntry>>
     }
     let log = FileBytes::map(path, &file)?;
     let index = SegmentIndex::Tail(segment.tail.clone());
-    Ok(Some(Arc::new(SegmentEntry::loaded(entry.base, path.to_path_buf(), log, index))))
+    Ok(Some(Arc::new(SegmentEntry::loaded(entry.base, path.to_path_buf(), Arc::new(log), index))))
 }
 
 /// Accepts what was committed since the last pass; returns whether there was anything. When

@@ -2,6 +2,7 @@
 //! indexes. Shared by the writable open (which may repair: cut a torn tail, recreate a segment
 //! whose creation was interrupted, rewrite index files) and by followers (which never write).
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, PermissionsExt};
@@ -15,7 +16,9 @@ use crate::index::SegmentIndex;
 use crate::index::file::{self as index_file, IndexFile, index_path};
 use crate::index::seal;
 use crate::index::tail::TailIndex;
-use crate::log::format::{FRAME_LEN, HEADER_LEN, parse_segment_file_name};
+use crate::index::IndexView;
+use crate::index::plan::SegmentAccess;
+use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN, parse_marker, parse_segment_file_name};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
 use crate::log::segment::{
     ActiveSegment, FileBytes, check_header, create_segment, drop_cached_pages, grow_empty_segment, open_with_mode,
@@ -369,6 +372,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     }
     // Listed now and removed once the open has succeeded: a refused open changes no file.
     let leftover_temporaries = index_temporaries(dir)?;
+    let mut parts = list_parts(dir)?;
     let count = segments.len();
     let (base, path) = segments.pop().expect("at least one segment");
     let last_sealed = segments.last().map(|(sealed_base, sealed_path)| (*sealed_base, sealed_path.clone()));
@@ -385,7 +389,6 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))
     };
     let mut file = open(&path)?;
-    drop_cached_pages(&file);
     let mut log = FileBytes::map(&path, &file)?;
     let header_crc = match check_header(&log, base, &path) {
         Ok(crc) => crc,
@@ -406,19 +409,35 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         }
         Err(err) => return Err(err),
     };
-    let scan = scan_records(&log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
-    report.scanned_log_bytes += log.len() as u64;
+    // The parts of the active segment whose index files were written: their bytes were durable
+    // before their files were, so only what follows them is scanned.
+    let found_parts = parts.remove(&base).unwrap_or_default();
+    let accepted = accept_parts(&log, base, &path, header_crc, found_parts);
+    let start = accepted.resume;
+    // Pages of what follows may be cached from before a failed fsync, and not be on disk:
+    // drop them, so the scan reads what the disk holds.
+    drop_cached_pages(&file, start.offset as u64);
+    let scan = scan_records(&log, start);
+    report.scanned_log_bytes += (scan.end.offset - start.offset) as u64
+        + match &scan.tail {
+            Tail::Torn(torn) => torn.bytes as u64,
+            Tail::Clean => 0,
+        };
     // Commit times never go backwards: with no event in the active segment, the writer's clock
-    // starts from the newest event of the last sealed one. Found here, before this open changes
-    // any file, so that a damaged segment refuses the open with nothing changed.
-    let last_recorded_at = match (scan.event_offsets.is_empty(), last_sealed) {
-        (true, Some((sealed_base, sealed_path))) => {
+    // starts from the newest event before it. Found here, before this open changes any file,
+    // so that a damaged segment refuses the open with nothing changed.
+    let shared_log = Arc::new(log);
+    let last_recorded_at = match (scan.event_offsets.is_empty(), accepted.parts.last(), last_sealed) {
+        (false, _, _) => scan.last_recorded_at,
+        (true, Some(part), _) => newest_recorded_at(part, &path, &shared_log)?,
+        (true, None, Some((sealed_base, sealed_path))) => {
             let sealed_log = FileBytes::load_sealed(&sealed_path)?;
             report.scanned_log_bytes += sealed_log.len() as u64;
             seal::scan_sealed(&sealed_log, sealed_base, base, &sealed_path)?.last_recorded_at
         }
-        _ => scan.last_recorded_at,
+        (true, None, None) => 0,
     };
+    let mut log = shared_log;
     if let Tail::Torn(torn) = &scan.tail {
         // Zero the torn run so the tail reads clean. The chained CRC already keeps any byte we
         // miss from being adopted by a later batch.
@@ -427,22 +446,30 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             .map_err(|e| Error::io(format_args!("cannot cut back {}", path.display()), &e))?;
         report.torn_tail = Some(torn.clone());
     }
-    if scan.event_offsets.is_empty() && (log.len() as u64) < options.segment_size {
+    if scan.end.offset == HEADER_LEN && (log.len() as u64) < options.segment_size {
         // An empty active segment from an open with a smaller `segment_size` takes the new size
         // (it cannot roll over: the next segment would have its base, that is, its name).
         grow_empty_segment(&file, &path, options.segment_size)?;
-        log = FileBytes::map(&path, &file)?;
+        log = Arc::new(FileBytes::map(&path, &file)?);
     }
     let tail = Arc::new(TailIndex::new());
-    index_scanned(&tail, &log, base, 0, &scan.event_offsets)?;
+    index_scanned(&tail, &log, start.next_position, 0, &scan.event_offsets)?;
     let mut entries = sealed.into_entries(&mut report)?;
-    for leftover in leftover_temporaries {
+    for leftover in leftover_temporaries.into_iter().chain(accepted.rejected).chain(parts.into_values().flatten().map(|(_, p)| p)) {
         // One this open wrote and renamed is gone already; one that cannot be removed (a
         // directory, say) only makes writing that index fail, which is not fatal either.
         let _ = fs::remove_file(leftover);
     }
     let capacity = log.len() as u64;
-    let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), log, SegmentIndex::Tail(tail.clone())));
+    let part_entries: Vec<Arc<SegmentEntry>> = accepted
+        .parts
+        .into_iter()
+        .map(|index| {
+            Arc::new(SegmentEntry::loaded(index.base, path.clone(), log.clone(), SegmentIndex::Sealed(index)))
+        })
+        .collect();
+    entries.extend(part_entries.iter().cloned());
+    let entry = Arc::new(SegmentEntry::loaded(start.next_position, path.clone(), log, SegmentIndex::Tail(tail.clone())));
     entries.push(entry.clone());
     published.add_segments(entries);
     report.segments = count;
@@ -451,9 +478,75 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         active: ActiveSegment { file, path, end: scan.end.offset as u64, chain: scan.end.chain, capacity },
         entry,
         tail,
+        parts: part_entries,
+        part_start: start.offset,
         report,
         last_recorded_at,
     })
+}
+
+/// Part index files in `dir`, by the base of their segment, each list in position order.
+pub(crate) fn list_parts(dir: &Path) -> Result<BTreeMap<u64, Vec<(u64, PathBuf)>>> {
+    let mut found: BTreeMap<u64, Vec<(u64, PathBuf)>> = BTreeMap::new();
+    let entries = fs::read_dir(dir).map_err(|e| cannot_read(dir, &e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| cannot_read(dir, &e))?;
+        if let Some((segment, part)) = entry.file_name().to_str().and_then(seal::parse_part_file_name) {
+            found.entry(segment).or_default().push((part, entry.path()));
+        }
+    }
+    for parts in found.values_mut() {
+        parts.sort();
+    }
+    Ok(found)
+}
+
+/// The part index files of the active segment open trusts, and where its scan resumes.
+struct AcceptedParts {
+    parts: Vec<IndexFile>,
+    resume: ScanPoint,
+    /// Part files that do not continue the accepted ones: removed once the open succeeds.
+    rejected: Vec<PathBuf>,
+}
+
+/// Accepts the part index files `found` (in position order) of the active segment `log` that
+/// continue one another from the segment's base, each ending at a commit marker of the log
+/// that closes exactly its events; the first that does not, and all after it, are rejected.
+/// Only their headers and the page of each closing marker are read (the body of a part's file
+/// is verified by its first use, like a sealed segment's).
+fn accept_parts(log: &[u8], base: u64, log_path: &Path, header_crc: u32, found: Vec<(u64, PathBuf)>) -> AcceptedParts {
+    let mut accepted =
+        AcceptedParts { parts: Vec::new(), resume: ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base }, rejected: Vec::new() };
+    for (part_base, path) in found {
+        let point = accepted.resume;
+        let continues = accepted.rejected.is_empty() && part_base == point.next_position;
+        let part = continues
+            .then(|| IndexFile::open_part(&path, part_base, log_path, point.offset).ok())
+            .flatten()
+            .filter(|index| index.count > 0)
+            .and_then(|index| {
+                let end = usize::try_from(index.log_end).ok().filter(|&end| end > point.offset && end <= log.len())?;
+                let chain = seal::chain_before(log, end)?;
+                let (first, count) = parse_marker(&log[end - MARKER_RECORD_LEN + FRAME_LEN..end])?;
+                let next_position = part_base + index.count;
+                (first + count as u64 == next_position).then_some((index, ScanPoint { offset: end, chain, next_position }))
+            });
+        match part {
+            Some((index, resume)) => {
+                accepted.parts.push(index);
+                accepted.resume = resume;
+            }
+            None => accepted.rejected.push(path),
+        }
+    }
+    accepted
+}
+
+/// The commit time of the last event of a part of the active segment, its record checked.
+fn newest_recorded_at(part: &IndexFile, log_path: &Path, log: &Arc<FileBytes>) -> Result<u64> {
+    let segment_log = crate::log::segment::SegmentLog::loaded(log_path.to_path_buf(), log.clone());
+    let access = SegmentAccess { base: part.base, log: &segment_log, index: IndexView::Sealed(part.verified()?) };
+    Ok(access.event(part.count as u32 - 1)?.recorded_at)
 }
 
 /// What recovery hands to the writer.
@@ -461,6 +554,10 @@ pub(crate) struct Recovered {
     pub active: ActiveSegment,
     pub entry: Arc<SegmentEntry>,
     pub tail: Arc<TailIndex>,
+    /// The active segment's parts answered by their index files, and where the part `entry`
+    /// indexes in memory starts.
+    pub parts: Vec<Arc<SegmentEntry>>,
+    pub part_start: usize,
     pub report: RecoveryReport,
     pub last_recorded_at: u64,
 }

@@ -28,6 +28,9 @@ impl std::str::FromStr for Durability {
 }
 
 pub const DEFAULT_SEGMENT_SIZE: u64 = 256 << 20;
+/// See [`Options::part_bytes`]: 4 MiB of events is some 10 to 50 thousand events indexed in
+/// memory, and some 10 ms of scanning for an open after a crash.
+pub const DEFAULT_PART_BYTES: u64 = 4 << 20;
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 << 20;
 /// Largest `max_event_bytes` accepted: an event's record length (its data plus the largest
 /// possible type and tags) must fit the frame's 32-bit length field.
@@ -61,6 +64,11 @@ pub struct Options {
     /// `0o600`; `0o640` shares the store with a follower running as another user of the
     /// directory's group. Only permission bits, and the owner must read and write.
     pub file_mode: u32,
+    /// How much of the active segment's log is indexed in memory only: past this many bytes the
+    /// writer starts a new part and the sealer writes the finished part's index file. It bounds
+    /// the writer's memory and what an open scans after a crash. Small values are for tests.
+    #[doc(hidden)]
+    pub part_bytes: u64,
 }
 
 impl Default for Options {
@@ -70,6 +78,7 @@ impl Default for Options {
             segment_size: DEFAULT_SEGMENT_SIZE,
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             file_mode: DEFAULT_FILE_MODE,
+            part_bytes: DEFAULT_PART_BYTES,
         }
     }
 }
@@ -81,6 +90,9 @@ impl Options {
                 "segment_size is {}; it must be between {MIN_SEGMENT_SIZE} and {MAX_SEGMENT_SIZE}",
                 self.segment_size
             )));
+        }
+        if self.part_bytes == 0 {
+            return Err(Error::invalid("part_bytes is 0; it must be at least 1"));
         }
         if self.max_event_bytes > MAX_EVENT_BYTES_LIMIT {
             return Err(Error::invalid(format!(

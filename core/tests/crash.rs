@@ -38,8 +38,10 @@ fn options() -> Options {
     sized(segment_size)
 }
 
+/// Segments of a few batches, and parts of the active segment (see `Options::part_bytes`) of a
+/// few groups: kills land while part index files are written and merged too.
 fn sized(segment_size: u64) -> Options {
-    Options { durability: Durability::Fsync, segment_size, ..Options::default() }
+    Options { durability: Durability::Fsync, segment_size, part_bytes: 1500, ..Options::default() }
 }
 
 fn splitmix(mut z: u64) -> u64 {
@@ -409,7 +411,11 @@ fn abort_during_index_file_write() {
     assert_eq!(temporaries(), 1, "the crash leaves the index file's temporary behind");
     let store = Store::open(dir.path(), options()).unwrap();
     assert_eq!(temporaries(), 0, "open removes it");
-    assert!(!store.recovery().rebuilt_indexes.is_empty(), "{:?}", store.recovery());
+    // The first index file written is a part's (the active segment's first few groups): open
+    // reads those groups from the log again. Had it been a sealed segment's, open would have
+    // rebuilt that file.
+    let report = store.recovery();
+    assert!(report.scanned_log_bytes > 0 || !report.rebuilt_indexes.is_empty(), "{report:?}");
     store.close().unwrap();
     verify(dir.path(), &acks);
 }

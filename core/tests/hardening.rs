@@ -48,7 +48,11 @@ fn acknowledged_appends_survive_any_sequence_of_segment_size_changes() {
         for _reopen in 0..8 {
             let size = *rng.pick(&sizes);
             let durability = if rng.chance(50) { Durability::Buffered } else { Durability::Fsync };
-            let store = Store::open(dir.path(), Options { durability, segment_size: size, ..Options::default() }).unwrap();
+            // Parts of the active segment cut after every group, every few KiB, or never
+            // before the close: the part files one open wrote are read by the next.
+            let part_bytes = *rng.pick(&[1u64, 3000, 4 << 20]);
+            let options = Options { durability, segment_size: size, part_bytes, ..Options::default() };
+            let store = Store::open(dir.path(), options).unwrap();
             assert_eq!(store.head().unwrap().get(), model.len() as u64, "seed {seed}: head after reopen");
             let events = all(&store);
             assert_eq!(events.len(), model.len(), "seed {seed}");

@@ -45,8 +45,9 @@ fn check_modes(dir: &Path, dir_mode: u32, file_mode: u32) {
         assert_eq!(mode_of(&path), file_mode, "mode of {}", path.display());
         kinds.insert(path.extension().map_or("LOCK".to_string(), |e| e.to_string_lossy().into_owned()));
     }
-    // Index files were written as `.idx.tmp` and renamed, which keeps the mode.
-    assert_eq!(kinds.into_iter().collect::<Vec<_>>(), ["LOCK", "idx", "log"]);
+    // Index files (of sealed segments, and of the active segment's part the close wrote) were
+    // written as `.idx.tmp` and renamed, which keeps the mode.
+    assert_eq!(kinds.into_iter().collect::<Vec<_>>(), ["LOCK", "idx", "log", "part"]);
 }
 
 #[test]

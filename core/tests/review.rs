@@ -47,8 +47,16 @@ fn a_crash_during_the_first_commit_into_a_prepared_segment_leaves_an_openable_st
     assert_eq!(big.first.get(), head + 1);
     store.close().unwrap();
 
-    // The crash: the first sync into the installed segment wrote page 1, not page 0.
+    // The crash: the first sync into the installed segment wrote page 1, not page 0. It came
+    // before the close, so the index file of the segment's part that the close wrote is not
+    // there either.
     let path = segment_path(dir.path(), big.first.get());
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let part = entry.unwrap().path();
+        if part.extension().is_some_and(|e| e == "part") {
+            std::fs::remove_file(part).unwrap();
+        }
+    }
     let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
     let mut page1 = vec![0u8; 4096];
     file.read_exact_at(&mut page1, 4096).unwrap();

@@ -39,7 +39,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventView;
 use crate::index::filter::TagFilter;
 use crate::index::postings::{Postings, SortedList};
-use crate::log::format::FRAME_LEN;
+use crate::log::format::{FRAME_LEN, HEADER_LEN};
 use crate::log::segment::{FileBytes, open_with_mode, sync_dir};
 use crate::position::Position;
 
@@ -87,6 +87,39 @@ fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
+/// Stores one tag's relative positions `rels` (ascending) in the tier their number and the
+/// segment's event `count` call for; returns the tag dictionary's value for them.
+fn push_postings(rels: &[u32], count: usize, blob: &mut Vec<u8>) -> u64 {
+    if rels.len() == 1 {
+        (TIER_SINGLE << 62) | rels[0] as u64
+    } else if rels.len() <= SHORT_LIST_MAX {
+        let at = blob.len() as u64;
+        put_varint(blob, rels.len() as u64);
+        let mut previous = 0;
+        for (i, &rel) in rels.iter().enumerate() {
+            put_varint(blob, if i == 0 { rel } else { rel - previous } as u64);
+            previous = rel;
+        }
+        (TIER_SHORT << 62) | at
+    } else if rels.len() * DENSE_RATIO >= count {
+        let at = blob.len() as u64;
+        blob.extend_from_slice(&(rels.len() as u32).to_le_bytes());
+        let start = blob.len();
+        blob.resize(start + count.div_ceil(8), 0);
+        for &rel in rels {
+            blob[start + rel as usize / 8] |= 1 << (rel % 8);
+        }
+        (TIER_DENSE << 62) | at
+    } else {
+        let at = blob.len() as u64;
+        blob.extend_from_slice(&(rels.len() as u32).to_le_bytes());
+        for &rel in rels {
+            blob.extend_from_slice(&rel.to_le_bytes());
+        }
+        (TIER_LONG << 62) | at
+    }
+}
+
 /// Encodes the index file for `contents`. Deterministic: tags in byte order, types in order of
 /// first appearance.
 pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
@@ -131,34 +164,7 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     let mut blob = Vec::new();
     let mut builder = fst::MapBuilder::memory();
     for (tag, rels) in &tags {
-        let value = if rels.len() == 1 {
-            (TIER_SINGLE << 62) | rels[0] as u64
-        } else if rels.len() <= SHORT_LIST_MAX {
-            let at = blob.len() as u64;
-            put_varint(&mut blob, rels.len() as u64);
-            let mut previous = 0;
-            for (i, &rel) in rels.iter().enumerate() {
-                put_varint(&mut blob, if i == 0 { rel } else { rel - previous } as u64);
-                previous = rel;
-            }
-            (TIER_SHORT << 62) | at
-        } else if rels.len() * DENSE_RATIO >= count {
-            let at = blob.len() as u64;
-            blob.extend_from_slice(&(rels.len() as u32).to_le_bytes());
-            let start = blob.len();
-            blob.resize(start + count.div_ceil(8), 0);
-            for &rel in rels {
-                blob[start + rel as usize / 8] |= 1 << (rel % 8);
-            }
-            (TIER_DENSE << 62) | at
-        } else {
-            let at = blob.len() as u64;
-            blob.extend_from_slice(&(rels.len() as u32).to_le_bytes());
-            for &rel in rels {
-                blob.extend_from_slice(&rel.to_le_bytes());
-            }
-            (TIER_LONG << 62) | at
-        };
+        let value = push_postings(rels, count, &mut blob);
         builder.insert(tag, value).expect("tags are inserted in sorted order");
     }
     let fst_at = out.len();
@@ -167,21 +173,47 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     out.extend_from_slice(&blob);
     let file_len = out.len();
 
-    let header = &mut out[..INDEX_HEADER_LEN];
-    header[0..8].copy_from_slice(&INDEX_MAGIC);
-    header[8..12].copy_from_slice(&INDEX_FORMAT_VERSION.to_le_bytes());
-    header[12..16].copy_from_slice(&(if wide { FLAG_WIDE_TYPES } else { 0 }).to_le_bytes());
-    header[16..24].copy_from_slice(&contents.base.to_le_bytes());
-    header[24..32].copy_from_slice(&(count as u64).to_le_bytes());
-    header[32..40].copy_from_slice(&contents.log_end.to_le_bytes());
-    for (i, at) in [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len].into_iter().enumerate() {
-        header[40 + 8 * i..48 + 8 * i].copy_from_slice(&(at as u64).to_le_bytes());
-    }
     let body_crc = crc32fast::hash(&out[INDEX_HEADER_LEN..]);
-    out[88..92].copy_from_slice(&body_crc.to_le_bytes());
-    let header_crc = crc32fast::hash(&out[0..92]);
-    out[92..96].copy_from_slice(&header_crc.to_le_bytes());
+    let header = HeaderFields {
+        wide_types: wide,
+        base: contents.base,
+        count: count as u64,
+        log_end: contents.log_end,
+        sections: [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len],
+        body_crc,
+    };
+    out[..INDEX_HEADER_LEN].copy_from_slice(&header.encode());
     out
+}
+
+/// What an index file's header holds; `sections` are the offsets of the event offsets, the type
+/// column, the type dictionary, the tag dictionary, the postings blob, and the file's length.
+struct HeaderFields {
+    wide_types: bool,
+    base: u64,
+    count: u64,
+    log_end: u64,
+    sections: [usize; 6],
+    body_crc: u32,
+}
+
+impl HeaderFields {
+    fn encode(&self) -> [u8; INDEX_HEADER_LEN] {
+        let mut header = [0u8; INDEX_HEADER_LEN];
+        header[0..8].copy_from_slice(&INDEX_MAGIC);
+        header[8..12].copy_from_slice(&INDEX_FORMAT_VERSION.to_le_bytes());
+        header[12..16].copy_from_slice(&(if self.wide_types { FLAG_WIDE_TYPES } else { 0 }).to_le_bytes());
+        header[16..24].copy_from_slice(&self.base.to_le_bytes());
+        header[24..32].copy_from_slice(&self.count.to_le_bytes());
+        header[32..40].copy_from_slice(&self.log_end.to_le_bytes());
+        for (i, at) in self.sections.into_iter().enumerate() {
+            header[40 + 8 * i..48 + 8 * i].copy_from_slice(&(at as u64).to_le_bytes());
+        }
+        header[88..92].copy_from_slice(&self.body_crc.to_le_bytes());
+        let header_crc = crc32fast::hash(&header[0..92]);
+        header[92..96].copy_from_slice(&header_crc.to_le_bytes());
+        header
+    }
 }
 
 /// The name an index file is written under before it is renamed into place.
@@ -224,6 +256,158 @@ pub fn write_temporary(path: &Path, bytes: &[u8], mode: u32) -> Result<PathBuf> 
 pub fn install(tmp: &Path, path: &Path) -> Result<()> {
     crate::fault::crash_point("index.before_rename");
     fs::rename(tmp, path).map_err(|e| Error::io(format_args!("cannot rename {} into place", tmp.display()), &e))
+}
+
+/// A writer that counts what passes through it and checksums it (the body checksum of an
+/// index file written section by section).
+struct BodyWriter<W: Write> {
+    inner: W,
+    written: usize,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for BodyWriter<W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(bytes)?;
+        self.crc.update(&bytes[..n]);
+        self.written += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes the index file of a whole segment at `path` from the index files of its parts
+/// (`parts`, in position order, contiguous from the segment's base), without reading its log:
+/// what sealing does when the writer leaves a segment. The file is byte for byte the one
+/// [`encode`] makes from the segment's log (the tests hold it to that), and it is written as it
+/// is merged, section by section, so the memory it takes is that of one tag's postings at a
+/// time plus the postings blob, not that of the segment's index.
+///
+/// Like [`write`]: a temporary file, fsynced, renamed into place, the directory fsynced.
+pub fn merge_parts(parts: &[&VerifiedIndex], base: u64, log_end: u64, path: &Path, mode: u32) -> Result<()> {
+    let tmp = temporary_path(path);
+    let result = (|| -> std::io::Result<()> {
+        let file = open_with_mode(&tmp, OpenOptions::new().write(true).create(true).truncate(true), mode)?;
+        write_merged(parts, base, log_end, &file)?;
+        file.sync_all()
+    })();
+    result.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(format_args!("cannot write index {}", tmp.display()), &e)
+    })?;
+    install(&tmp, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) -> std::io::Result<()> {
+    // Where each part's events start in the segment, and the segment's count.
+    let mut firsts = Vec::with_capacity(parts.len());
+    let mut count = 0usize;
+    for part in parts {
+        if part.base != base + count as u64 {
+            return Err(std::io::Error::other(format!(
+                "the parts of segment {base} are not contiguous: one starts at {}, not {}",
+                part.base,
+                base + count as u64
+            )));
+        }
+        firsts.push(count as u32);
+        count += part.count as usize;
+    }
+    // The segment's type ids in order of first appearance: the parts' own, in part order.
+    let mut type_names: Vec<&str> = Vec::new();
+    let mut global_ids: HashMap<&str, u32> = HashMap::new();
+    let mut part_to_global: Vec<Vec<u32>> = Vec::with_capacity(parts.len());
+    for part in parts {
+        let mut names: Vec<(&str, u32)> = part.type_ids.iter().map(|(name, &id)| (&**name, id)).collect();
+        names.sort_by_key(|&(_, id)| id);
+        let mut map = vec![0u32; names.len()];
+        for (name, id) in names {
+            map[id as usize] = *global_ids.entry(name).or_insert_with(|| {
+                type_names.push(name);
+                type_names.len() as u32 - 1
+            });
+        }
+        part_to_global.push(map);
+    }
+    let wide = type_names.len() > u16::MAX as usize + 1;
+
+    let mut out = BodyWriter {
+        inner: std::io::BufWriter::with_capacity(1 << 20, file),
+        written: INDEX_HEADER_LEN,
+        crc: crc32fast::Hasher::new(),
+    };
+    out.inner.write_all(&[0u8; INDEX_HEADER_LEN])?;
+    let offsets_at = out.written;
+    for part in parts {
+        for rel in 0..part.count as u32 {
+            out.write_all(&part.offset(rel).to_le_bytes())?;
+        }
+    }
+    let types_at = out.written;
+    for (part, map) in parts.iter().zip(&part_to_global) {
+        for rel in 0..part.count as u32 {
+            let id = map[part.type_at(rel) as usize];
+            if wide {
+                out.write_all(&id.to_le_bytes())?;
+            } else {
+                out.write_all(&(id as u16).to_le_bytes())?;
+            }
+        }
+    }
+    let type_dict_at = out.written;
+    out.write_all(&(type_names.len() as u32).to_le_bytes())?;
+    for name in &type_names {
+        out.write_all(&[name.len() as u8])?;
+        out.write_all(name.as_bytes())?;
+    }
+
+    let fst_at = out.written;
+    let mut blob = Vec::new();
+    let mut rels: Vec<u32> = Vec::new();
+    {
+        use fst::Streamer;
+        let mut builder = fst::MapBuilder::new(&mut out).map_err(std::io::Error::other)?;
+        let mut union = parts.iter().fold(fst::map::OpBuilder::new(), |op, part| op.add(&part.fst)).union();
+        while let Some((tag, values)) = union.next() {
+            let mut values = values.to_vec();
+            values.sort_by_key(|v| v.index);
+            rels.clear();
+            for value in values {
+                let postings = parts[value.index]
+                    .postings_of_value(value.value, tag)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                let first = firsts[value.index];
+                let last = parts[value.index].count as u32 - 1;
+                let mut from = 0;
+                while let Some(rel) = postings.first_in(from, last) {
+                    rels.push(first + rel);
+                    from = rel + 1;
+                }
+            }
+            let value = push_postings(&rels, count, &mut blob);
+            builder.insert(tag, value).map_err(std::io::Error::other)?;
+        }
+        builder.finish().map_err(std::io::Error::other)?;
+    }
+    let postings_at = out.written;
+    out.write_all(&blob)?;
+    let file_len = out.written;
+    out.flush()?;
+    let body_crc = out.crc.clone().finalize();
+    drop(out);
+    let header = HeaderFields {
+        wide_types: wide,
+        base,
+        count: count as u64,
+        log_end,
+        sections: [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len],
+        body_crc,
+    };
+    file.write_all_at(&header.encode(), 0)
 }
 
 /// A byte range of an index file's bytes, so the `fst` map reads them where they are.
@@ -321,6 +505,11 @@ impl Header {
 /// damaged body is `Corruption` from the read that needs it, never wrong data.
 pub struct IndexFile {
     path: PathBuf,
+    /// The log it indexes, and where in it its events start (after the segment header, or, for
+    /// a part of a segment, after the commit marker the part starts from): what a damaged body
+    /// is rebuilt from.
+    log_path: PathBuf,
+    log_start: usize,
     pub base: u64,
     pub count: u64,
     pub log_end: u64,
@@ -353,6 +542,12 @@ impl IndexFile {
     /// Reads and checks the header of the index file at `path`, for the segment based at
     /// `base`, and that the file is as long as the header says.
     pub fn open(path: &Path, base: u64) -> Result<IndexFile> {
+        IndexFile::open_part(path, base, &path.with_extension("log"), HEADER_LEN)
+    }
+
+    /// Like [`IndexFile::open`], for the index file of a part of a segment (see
+    /// `index::part`): the events of the log at `log_path` from byte `log_start` on.
+    pub fn open_part(path: &Path, base: u64, log_path: &Path, log_start: usize) -> Result<IndexFile> {
         let failed = |e: &std::io::Error| Error::io(format_args!("cannot read {}", path.display()), e);
         let file = File::open(path).map_err(|e| failed(&e))?;
         let mut bytes = [0u8; INDEX_HEADER_LEN];
@@ -363,22 +558,24 @@ impl IndexFile {
         if header.file_len as u64 != len {
             return Err(in_file(Error::corruption(format!("is {len} bytes; its header says {}", header.file_len))));
         }
-        Ok(IndexFile::unverified(path, base, header))
+        Ok(IndexFile::unverified(path, base, header, log_path, log_start))
     }
 
     /// An index whose bytes are in memory (rebuilt at open and not written, or rebuilt by a
     /// follower), verified now. `path` is where its file belongs, for messages.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>, base: u64) -> Result<IndexFile> {
         let header = Header::parse(&bytes, base)?;
-        let file = IndexFile::unverified(path, base, header);
+        let file = IndexFile::unverified(path, base, header, &path.with_extension("log"), HEADER_LEN);
         let verified = file.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))?;
         let _ = file.verified.set(Box::new(verified));
         Ok(file)
     }
 
-    fn unverified(path: &Path, base: u64, header: Header) -> IndexFile {
+    fn unverified(path: &Path, base: u64, header: Header, log_path: &Path, log_start: usize) -> IndexFile {
         IndexFile {
             path: path.to_owned(),
+            log_path: log_path.to_owned(),
+            log_start,
             base,
             count: header.count,
             log_end: header.log_end,
@@ -427,11 +624,15 @@ impl IndexFile {
     /// The index of this file's segment, encoded again from the segment's log (whose records are
     /// all checked on the way) and verified in memory.
     fn rebuild_from_log(&self) -> Result<VerifiedIndex> {
-        let log_path = self.path.with_extension("log");
-        let log = FileBytes::load_sealed(&log_path)?;
-        let bytes = crate::index::seal::encode(&log, self.base, self.base + self.count, &log_path)?;
+        let log = FileBytes::load_sealed(&self.log_path)?;
+        let bytes = if self.log_start == HEADER_LEN {
+            crate::index::seal::encode(&log, self.base, self.base + self.count, &self.log_path)?
+        } else {
+            let end = usize::try_from(self.log_end).unwrap_or(usize::MAX).min(log.len());
+            crate::index::seal::encode_part(&log[..end], self.log_start, self.base, self.base + self.count, &self.log_path)?
+        };
         let header = Header::parse(&bytes, self.base)?;
-        let rebuilt = IndexFile::unverified(&self.path, self.base, header);
+        let rebuilt = IndexFile::unverified(&self.path, self.base, header, &self.log_path, self.log_start);
         rebuilt.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))
     }
 
@@ -545,8 +746,16 @@ impl VerifiedIndex {
     pub fn postings(&self, tag: &str) -> Result<Option<Postings>> {
         self.tag_lookups.fetch_add(1, Ordering::Relaxed);
         let Some(value) = self.fst.get(tag) else { return Ok(None) };
+        self.postings_of_value(value, tag.as_bytes()).map(Some)
+    }
+
+    /// The postings a tag-dictionary value stands for (`tag` names it in errors).
+    fn postings_of_value(&self, value: u64, tag: &[u8]) -> Result<Postings> {
         let payload = value & PAYLOAD_MASK;
-        let bad = || Error::corruption(format!("index of segment {}: postings of {tag:?} are damaged", Position(self.base)));
+        let bad = || {
+            let tag = String::from_utf8_lossy(tag);
+            Error::corruption(format!("index of segment {}: postings of {tag:?} are damaged", Position(self.base)))
+        };
         let blob = &self.bytes[self.postings_at..self.postings_end];
         let at = payload as usize;
         let list = match value >> 62 {
@@ -573,12 +782,12 @@ impl VerifiedIndex {
                     if blob.len() < at + 4 + bytes {
                         return Err(bad());
                     }
-                    return Ok(Some(Postings::Bitmap {
+                    return Ok(Postings::Bitmap {
                         file: self.bytes.clone(),
                         at: self.postings_at + at + 4,
                         bytes,
                         count: n as u32,
-                    }));
+                    });
                 }
                 if blob.len() < at + 4 + 4 * n {
                     return Err(bad());
@@ -586,7 +795,7 @@ impl VerifiedIndex {
                 SortedList::InFile { file: self.bytes.clone(), at: self.postings_at + at + 4, len: n }
             }
         };
-        Ok(Some(Postings::List(list)))
+        Ok(Postings::List(list))
     }
 
     /// Every tag of the dictionary, in byte order (for fuzzing and inspection).

@@ -1,14 +1,23 @@
-//! Sealing: building the index file of a segment the writer has left, off the writer's thread,
-//! and rebuilding one at open when it is missing, damaged or does not match its segment.
+//! Sealing: building index files off the writer's thread, and rebuilding one at open when it
+//! is missing, damaged or does not match its segment.
+//!
+//! The writer keeps only the newest part of the active segment indexed in memory. Each time
+//! that part reaches `part_bytes` of log (and when the store closes), it hands it over here and
+//! starts a new one: the sealer writes the part's index file (`<segment>.<part>.part`, the
+//! format of a segment's index file, for the events of the part), so the writer's memory stays
+//! bounded whatever the segment size, and an open reads only what came after the last part.
+//! When the writer leaves a segment, the sealer merges its parts' files into the segment's
+//! index file (`<segment>.idx`, the same bytes an index built from the log would have) and
+//! removes them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 
 use crate::error::{Error, Result};
 use crate::index::SegmentIndex;
 use crate::index::file::{self, IndexFile, index_path};
-use crate::log::format::HEADER_LEN;
+use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, parse_marker};
 use crate::log::recovery::{Scan, ScanPoint, Stop, scan_committed};
 use crate::log::segment::check_header;
 use crate::read::{Published, SegmentEntry};
@@ -48,6 +57,53 @@ pub(crate) fn scan_sealed(log: &[u8], base: u64, next_base: u64, log_path: &Path
     Ok(scan)
 }
 
+/// Encodes the index file of a part of a segment: the committed events of `log` (the segment's
+/// bytes up to the part's end) from byte `start` (just after a commit marker) on, which must be
+/// exactly the positions `base..next_base`.
+pub(crate) fn encode_part(log: &[u8], start: usize, base: u64, next_base: u64, log_path: &Path) -> Result<Vec<u8>> {
+    let damaged = |why: String| Error::corruption(format!("segment {} {why}", log_path.display()));
+    let chain = chain_before(log, start).ok_or_else(|| damaged(format!("has no commit marker before byte {start}")))?;
+    let scan = scan_committed(log, ScanPoint { offset: start, chain, next_position: base });
+    if scan.end.next_position != next_base || scan.end.offset != log.len() {
+        return Err(damaged(format!(
+            "holds positions {base}..{} from byte {start} to {}; the part ends at position {} and byte {}",
+            scan.end.next_position - 1,
+            scan.end.offset,
+            next_base - 1,
+            log.len()
+        )));
+    }
+    let contents = file::contents_of(log, base, &scan.event_offsets, scan.end.offset as u64)?;
+    Ok(file::encode(&contents))
+}
+
+/// The chain value a record starting at byte `offset` is seeded with: the segment header's CRC
+/// or, after it, that of the commit marker ending at `offset` (None: no marker ends there).
+pub(crate) fn chain_before(log: &[u8], offset: usize) -> Option<u32> {
+    let crc_at = |at: usize| log.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+    if offset == HEADER_LEN {
+        return crc_at(HEADER_LEN - 4);
+    }
+    let marker = offset.checked_sub(MARKER_RECORD_LEN)?;
+    let payload = log.get(marker + FRAME_LEN..offset)?;
+    (crc_at(marker)? as usize == MARKER_PAYLOAD_LEN && parse_marker(payload).is_some()).then_some(())?;
+    crc_at(marker + 4)
+}
+
+/// The name of the index file of the part of segment `log_path` that starts at `part_base`.
+pub(crate) fn part_path(log_path: &Path, part_base: u64) -> PathBuf {
+    log_path.with_extension(format!("{part_base:020}.part"))
+}
+
+/// The segment base and part base a part index file's name gives.
+pub(crate) fn parse_part_file_name(name: &str) -> Option<(u64, u64)> {
+    let (segment, part) = name.strip_suffix(".part")?.split_once('.')?;
+    let number = |digits: &str| {
+        (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
+    };
+    Some((number(segment)?, number(part)?))
+}
+
 /// Encodes and writes (durably) the index file of a sealed segment, and opens it: like an
 /// index file found at open, its body is verified by the first read that uses it.
 /// Files get permission bits `mode`.
@@ -58,23 +114,82 @@ pub(crate) fn build(log: &[u8], base: u64, next_base: u64, log_path: &Path, mode
     IndexFile::open(&path, base)
 }
 
-/// The sealer thread: builds each handed-over segment's index file (the writer hands over the
-/// base of the segment it rolled over to with it) and publishes it in place of the tail index.
-/// A failure is reported and leaves the tail index in use; the next open rebuilds the file.
-pub(crate) fn run(queue: Receiver<(Arc<SegmentEntry>, u64)>, published: Arc<Published>, mode: u32) {
-    for (entry, next_base) in queue {
-        let sealed = entry.log.bytes().and_then(|log| {
-            let file = build(log, entry.base, next_base, entry.log.path(), mode)?;
-            // Its bytes are in the page cache now: verify it and build the condition checks'
-            // tag filter while that is cheap.
-            file.verified()?.tag_filter();
-            entry.index.store(Arc::new(SegmentIndex::Sealed(file)));
-            log.advise_point_reads();
-            Ok(())
-        });
+/// Work for the sealer thread, in the order the writer made it.
+pub(crate) enum SealJob {
+    /// A part of the active segment the writer has moved past: write its index file and answer
+    /// from it. `start` is the byte it starts at, `end` the byte after its last commit marker,
+    /// `next_base` the position after its last event.
+    Part { entry: Arc<SegmentEntry>, start: usize, end: usize, next_base: u64 },
+    /// A segment the writer has left: one index file for it, merged from its parts' files (or,
+    /// if one of them could not be written, built from its log), published in their place.
+    Segment { parts: Vec<Arc<SegmentEntry>>, next_base: u64 },
+}
+
+/// The sealer thread. A failure is reported and leaves the index in memory in use; the next
+/// open rebuilds what is missing.
+pub(crate) fn run(queue: Receiver<SealJob>, published: Arc<Published>, mode: u32) {
+    for job in queue {
+        let (what, sealed) = match job {
+            SealJob::Part { entry, start, end, next_base } => {
+                (part_path(entry.log.path(), entry.base), seal_part(&entry, start, end, next_base, mode))
+            }
+            SealJob::Segment { parts, next_base } => {
+                (index_path(parts[0].log.path()), seal_segment(&parts, next_base, &published, mode))
+            }
+        };
         if let Err(e) = sealed {
-            eprintln!("lapilli: cannot build the index of {}: {e}", entry.log.path().display());
+            eprintln!("lapilli: cannot build the index {}: {e}", what.display());
         }
         published.sealing.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+fn seal_part(entry: &SegmentEntry, start: usize, end: usize, next_base: u64, mode: u32) -> Result<()> {
+    let log = entry.log.bytes()?;
+    let log_path = entry.log.path();
+    let bytes = encode_part(&log[..end], start, entry.base, next_base, log_path)?;
+    let path = part_path(log_path, entry.base);
+    file::write(&path, &bytes, mode)?;
+    let index = IndexFile::open_part(&path, entry.base, log_path, start)?;
+    // In the page cache now: verify it and build the condition checks' tag filter while that
+    // is cheap.
+    index.verified()?.tag_filter();
+    entry.index.store(Arc::new(SegmentIndex::Sealed(index)));
+    Ok(())
+}
+
+fn seal_segment(parts: &[Arc<SegmentEntry>], next_base: u64, published: &Published, mode: u32) -> Result<()> {
+    let first = &parts[0];
+    let (base, log_path) = (first.base, first.log.path());
+    let log = first.log.bytes()?;
+    let path = index_path(log_path);
+    // The parts that hold events (the last one is empty when the writer left the segment right
+    // after starting a part), each answered by its index file.
+    let bases: Vec<u64> = parts.iter().map(|p| p.base).chain([next_base]).collect();
+    let indexes: Vec<Arc<SegmentIndex>> =
+        parts.iter().zip(bases.windows(2)).filter(|(_, b)| b[0] < b[1]).map(|(p, _)| p.index.load_full()).collect();
+    let files: Option<Vec<&IndexFile>> = indexes
+        .iter()
+        .map(|index| match &**index {
+            SegmentIndex::Sealed(file) => Some(file),
+            SegmentIndex::Tail(_) => None,
+        })
+        .collect();
+    let merged = files.and_then(|files| {
+        let verified: Result<Vec<&file::VerifiedIndex>> = files.iter().map(|f| f.verified()).collect();
+        let log_end = files.last().map_or(HEADER_LEN as u64, |f| f.log_end);
+        verified.and_then(|v| file::merge_parts(&v, base, log_end, &path, mode)).ok()
+    });
+    let index = match merged {
+        Some(()) => IndexFile::open(&path, base)?,
+        None => build(log, base, next_base, log_path, mode)?,
+    };
+    index.verified()?.tag_filter();
+    let entry = Arc::new(SegmentEntry::loaded(base, log_path.to_path_buf(), first.log.shared().expect("loaded above"), SegmentIndex::Sealed(index)));
+    published.replace_parts(parts, entry);
+    log.advise_point_reads();
+    for part in parts {
+        let _ = std::fs::remove_file(part_path(log_path, part.base));
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use memmap2::{Mmap, MmapOptions};
 
@@ -105,12 +105,18 @@ fn is_resident(map: &Mmap, offset: usize) -> bool {
 /// needs its bytes, so open touches no sealed log.
 pub struct SegmentLog {
     path: PathBuf,
-    bytes: OnceLock<FileBytes>,
+    /// Shared by the entries of one segment's parts (see `index::part`): one mapping each.
+    bytes: OnceLock<Arc<FileBytes>>,
 }
 
 impl SegmentLog {
-    pub fn loaded(path: PathBuf, bytes: FileBytes) -> SegmentLog {
+    pub fn loaded(path: PathBuf, bytes: Arc<FileBytes>) -> SegmentLog {
         SegmentLog { path, bytes: OnceLock::from(bytes) }
+    }
+
+    /// The mapping, if loaded, for another entry of the same segment to share.
+    pub fn shared(&self) -> Option<Arc<FileBytes>> {
+        self.bytes.get().cloned()
     }
 
     pub fn sealed(path: PathBuf) -> SegmentLog {
@@ -126,7 +132,7 @@ impl SegmentLog {
         if let Some(bytes) = self.bytes.get() {
             return Ok(bytes);
         }
-        let loaded = FileBytes::load_sealed(&self.path)?;
+        let loaded = Arc::new(FileBytes::load_sealed(&self.path)?);
         loaded.advise_point_reads();
         // Two readers may load it at once: one copy is kept, the other dropped.
         Ok(self.bytes.get_or_init(|| loaded))
@@ -205,9 +211,9 @@ pub fn grow_empty_segment(file: &File, path: &Path, size: u64) -> Result<()> {
 /// failed fsync the kernel may keep pages that never reached the disk, marked clean; a recovery
 /// that read them would serve (and chain new batches after) bytes the disk does not have. Dirty
 /// pages are not dropped (they are still to be written); only a hint, so failure is ignored.
-pub fn drop_cached_pages(file: &File) {
+pub fn drop_cached_pages(file: &File, from: u64) {
     // SAFETY: plain syscall on a descriptor we own for the duration of the call.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), from as libc::off_t, 0, libc::POSIX_FADV_DONTNEED) };
 }
 
 /// Checks a segment's header against the base its file name promises.

@@ -1,7 +1,7 @@
 //! Reads: snapshots of the published prefix of the log, and bounded, lazy reads over them.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
@@ -26,7 +26,7 @@ pub(crate) struct SegmentEntry {
 
 impl SegmentEntry {
     /// A segment whose log is in hand (the active segment, or one being followed).
-    pub fn loaded(base: u64, path: PathBuf, log: FileBytes, index: SegmentIndex) -> SegmentEntry {
+    pub fn loaded(base: u64, path: PathBuf, log: Arc<FileBytes>, index: SegmentIndex) -> SegmentEntry {
         SegmentEntry { base, log: SegmentLog::loaded(path, log), index: ArcSwap::from_pointee(index) }
     }
 
@@ -41,6 +41,9 @@ impl SegmentEntry {
 /// readers load the head first (`Acquire`), so everything at or below it is in place.
 pub(crate) struct Published {
     pub segments: ArcSwap<Vec<Arc<SegmentEntry>>>,
+    /// Held by whoever changes the segment list (the writer adds, the sealer replaces parts),
+    /// so that neither change is lost to the other's copy.
+    list_changes: Mutex<()>,
     head: AtomicU64,
     pub notifier: Notifier,
     pub closed: AtomicBool,
@@ -65,6 +68,7 @@ impl Published {
     pub fn new() -> Self {
         Published {
             segments: ArcSwap::from_pointee(Vec::new()),
+            list_changes: Mutex::new(()),
             head: AtomicU64::new(0),
             notifier: Notifier::default(),
             closed: AtomicBool::new(false),
@@ -88,6 +92,7 @@ impl Published {
     /// Appends to the list with one copy of it: open adds all its segments at once, since a
     /// copy per segment made opening quadratic in the number of segments.
     pub fn add_segments(&self, segments: impl IntoIterator<Item = Arc<SegmentEntry>>) {
+        let _changing = self.list_changes.lock().unwrap_or_else(|p| p.into_inner());
         let mut list: Vec<Arc<SegmentEntry>> = self.segments.load().iter().cloned().collect();
         list.extend(segments);
         self.listed_segments.fetch_add(list.len() as u64, Ordering::Relaxed);
@@ -97,8 +102,25 @@ impl Published {
     /// Puts `new` where `old` is in the segment list (a follower's new mapping of a grown
     /// segment). A snapshot taken before keeps the old entry.
     pub fn replace_segment(&self, old: &Arc<SegmentEntry>, new: Arc<SegmentEntry>) {
+        let _changing = self.list_changes.lock().unwrap_or_else(|p| p.into_inner());
         let list: Vec<Arc<SegmentEntry>> =
             self.segments.load().iter().map(|s| if Arc::ptr_eq(s, old) { new.clone() } else { s.clone() }).collect();
+        self.segments.store(Arc::new(list));
+    }
+
+    /// Puts `new` (a sealed segment's one entry) in place of `parts` (the entries of its
+    /// parts, consecutive in the list). A snapshot taken before keeps the parts.
+    pub fn replace_parts(&self, parts: &[Arc<SegmentEntry>], new: Arc<SegmentEntry>) {
+        let _changing = self.list_changes.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.segments.load();
+        let mut list = Vec::with_capacity(current.len() + 1 - parts.len());
+        for entry in current.iter() {
+            if Arc::ptr_eq(entry, &parts[0]) {
+                list.push(new.clone());
+            } else if !parts.iter().any(|p| Arc::ptr_eq(p, entry)) {
+                list.push(entry.clone());
+            }
+        }
         self.segments.store(Arc::new(list));
     }
 

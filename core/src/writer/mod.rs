@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::event::{EventView, RECORDED_AT_OFFSET};
 use crate::log::format::{FRAME_LEN, MARKER_RECORD_LEN, marker_payload, seal_frame};
 use crate::index::SegmentIndex;
+use crate::index::seal::SealJob;
 use crate::index::tail::TailIndex;
 use crate::log::prepare::{InstallError, Installed, SegmentPreparer};
 use crate::log::segment::ActiveSegment;
@@ -74,9 +75,16 @@ pub(crate) struct Writer {
     /// The active segment as readers see it, and its in-memory index.
     pub active_entry: Arc<SegmentEntry>,
     pub active_index: Arc<TailIndex>,
-    /// Where sealed segments go to have their index file built, off this thread.
-    /// With each segment, the base of the one after it: where its committed events must end.
-    pub sealer: std::sync::mpsc::Sender<(Arc<SegmentEntry>, u64)>,
+    /// Where finished parts and sealed segments go to have their index files built, off this
+    /// thread (see `index::seal`).
+    pub sealer: std::sync::mpsc::Sender<SealJob>,
+    /// The active segment's earlier parts (each answered by its part index file once the
+    /// sealer has written it): `active_entry` is the newest part, indexed in memory.
+    pub parts: Vec<Arc<SegmentEntry>>,
+    /// The byte of the active segment where `active_entry`'s part starts.
+    pub part_start: usize,
+    /// Log bytes a part grows to before the writer starts the next (`Options::part_bytes`).
+    pub part_bytes: u64,
     /// Prepares the next segment (of `segment_size`) while the active one fills.
     pub next_segment: SegmentPreparer,
     pub durability: Durability,
@@ -135,7 +143,13 @@ impl Writer {
         }
         crate::fault::io_point("close.fsync").and_then(|_| self.active.sync_data()).map_err(|e| {
             Error::io(format_args!("final fsync of {} failed", self.active.path.display()), &e)
-        })
+        })?;
+        // Everything is on disk: index the last part into its file too (the sealer finishes it
+        // before `close` returns), so that the next open reads no log at all.
+        if self.poisoned.is_none() {
+            self.start_part();
+        }
+        Ok(())
     }
 
     fn commit_group(&mut self, group: Vec<AppendRequest>) {
@@ -304,6 +318,42 @@ impl Writer {
         for (reply, result) in staged.answers {
             reply.send(Ok(result));
         }
+        if self.active.end - self.part_start as u64 >= self.part_bytes {
+            self.finish_part();
+        }
+    }
+
+    /// Hands the newest part of the active segment to the sealer once its bytes are durable
+    /// (its index file must never describe events a crash could take back), and starts the
+    /// next. A failed fsync poisons the writer, as on any other path.
+    fn finish_part(&mut self) {
+        if self.durability == Durability::Buffered {
+            if let Err(e) = crate::fault::io_point("part.fsync").and_then(|_| self.active.sync_data()) {
+                self.fail_sync(&e, Vec::new());
+                return;
+            }
+        }
+        self.start_part();
+    }
+
+    /// Starts a new part at the head, handing the current one (if it holds any event) to the
+    /// sealer. The caller has made the current part's bytes durable.
+    fn start_part(&mut self) {
+        let end = self.active.end as usize;
+        if end == self.part_start {
+            return;
+        }
+        let next_base = self.head + 1;
+        let log = self.active_entry.log.shared().expect("the active segment is mapped");
+        let tail = Arc::new(TailIndex::new());
+        let entry = Arc::new(SegmentEntry::loaded(next_base, self.active.path.clone(), log, SegmentIndex::Tail(tail.clone())));
+        self.published.add_segment(entry.clone());
+        let finished = std::mem::replace(&mut self.active_entry, entry);
+        self.active_index = tail;
+        self.parts.push(finished.clone());
+        self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _ = self.sealer.send(SealJob::Part { entry: finished, start: self.part_start, end, next_base });
+        self.part_start = end;
     }
 
     /// One write of a whole group (the fault points stand for a crash or a device error in the
@@ -372,13 +422,23 @@ impl Writer {
         };
         let Installed { file, path, log, header_crc: chain } = installed;
         let index = Arc::new(TailIndex::new());
-        let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), log, SegmentIndex::Tail(index.clone())));
+        let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), Arc::new(log), SegmentIndex::Tail(index.clone())));
         self.published.add_segment(entry.clone());
-        let sealed = std::mem::replace(&mut self.active_entry, entry);
+        let last_part = std::mem::replace(&mut self.active_entry, entry);
         self.active_index = index;
-        // The sealer builds the index file; until it publishes it, readers use the tail index.
+        // The left segment's last part first (unless the writer had just started it), then the
+        // segment: the sealer merges the parts' files into its index file. Until it publishes
+        // that, readers use the parts.
+        let end = self.active.end as usize;
+        if end > self.part_start {
+            self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            let _ = self.sealer.send(SealJob::Part { entry: last_part.clone(), start: self.part_start, end, next_base: base });
+        }
+        let mut parts = std::mem::take(&mut self.parts);
+        parts.push(last_part);
         self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.sealer.send((sealed, base));
+        let _ = self.sealer.send(SealJob::Segment { parts, next_base: base });
+        self.part_start = crate::log::segment::FIRST_RECORD_OFFSET as usize;
         self.active = ActiveSegment {
             file,
             path,
