@@ -129,16 +129,20 @@ pub(crate) enum SealJob {
 /// open rebuilds what is missing.
 pub(crate) fn run(queue: Receiver<SealJob>, published: Arc<Published>, mode: u32) {
     for job in queue {
-        let (what, sealed) = match job {
-            SealJob::Part { entry, start, end, next_base } => {
-                (part_path(entry.log.path(), entry.base), seal_part(&entry, start, end, next_base, mode))
-            }
-            SealJob::Segment { parts, next_base } => {
-                (index_path(parts[0].log.path()), seal_segment(&parts, next_base, &published, mode))
-            }
+        let what = match &job {
+            SealJob::Part { entry, .. } => part_path(entry.log.path(), entry.base),
+            SealJob::Segment { parts, .. } => index_path(parts[0].log.path()),
         };
-        if let Err(e) = sealed {
-            eprintln!("lapilli: cannot build the index {}: {e}", what.display());
+        // A bug here must cost an index file (rebuilt by the next open), never the thread: the
+        // jobs after it, and whoever waits for sealing, would wait forever.
+        let sealed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
+            SealJob::Part { entry, start, end, next_base } => seal_part(&entry, start, end, next_base, mode),
+            SealJob::Segment { parts, next_base } => seal_segment(&parts, next_base, &published, mode),
+        }));
+        match sealed {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("lapilli: cannot build the index {}: {e}", what.display()),
+            Err(_) => eprintln!("lapilli: building the index {} panicked; the next open rebuilds it", what.display()),
         }
         published.sealing.fetch_sub(1, Ordering::AcqRel);
     }

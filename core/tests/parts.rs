@@ -1,0 +1,220 @@
+//! The active segment indexed in parts (`Options::part_bytes`): the writer keeps only the newest
+//! part in memory, each finished part gets an index file, a segment the writer leaves gets one
+//! index file merged from its parts', and an open scans only what follows the last part.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use lapilli_core::{Durability, Event, Options, Planner, Position, Query, QueryItem, ReadOptions, Store};
+
+/// Segments of 64 KiB in parts of 4 KiB: a few dozen events per part.
+fn options(part_bytes: u64) -> Options {
+    Options { durability: Durability::Buffered, segment_size: 64 << 10, part_bytes, ..Options::default() }
+}
+
+/// Event `i`: a hot tag on every other event, an entity of its own, a type of seven.
+fn event(i: u64) -> Event {
+    let mut tags = vec![format!("entity:{i}")];
+    if i % 2 == 0 {
+        tags.push("hot".to_string());
+    }
+    if i % 97 == 0 {
+        tags.push("rare".to_string());
+    }
+    Event::new(format!("Type{}", i % 7), tags, vec![(i % 251) as u8; 40 + (i % 60) as usize])
+}
+
+fn append(store: &Store, from: u64, count: u64) {
+    let mut i = from;
+    while i < from + count {
+        let batch: Vec<Event> = (i..(i + 5).min(from + count)).map(event).collect();
+        i += batch.len() as u64;
+        store.append(batch, None).unwrap();
+    }
+}
+
+fn files_with(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == extension))
+        .collect();
+    found.sort();
+    found
+}
+
+fn queries() -> Vec<Query> {
+    vec![
+        Query::all(),
+        Query::for_tags(["hot"]),
+        Query::for_tags(["rare"]),
+        Query::for_tags(["entity:12345"]),
+        Query::for_types(["Type3"]),
+        Query::of([QueryItem::new(["Type2"], ["hot"]), QueryItem::new(Vec::<String>::new(), ["rare"])]),
+    ]
+}
+
+/// Every query, both directions, through the index and by scanning every event: the same.
+fn check_against_scan(store: &Store, total: u64) {
+    let head = store.head().unwrap();
+    assert_eq!(head.get(), total);
+    for query in queries() {
+        for backwards in [false, true] {
+            let read = |planner| {
+                store.set_planner(planner);
+                let options = ReadOptions { backwards, ..ReadOptions::default() };
+                store.read(&query, options).unwrap().collect_all().unwrap()
+            };
+            let indexed = read(Planner::ForceIndex);
+            let scanned = read(Planner::ForceScan);
+            store.set_planner(Planner::Auto);
+            assert_eq!(indexed, scanned, "{query:?} backwards {backwards}");
+            assert_eq!(read(Planner::Auto), scanned, "{query:?} backwards {backwards}");
+        }
+    }
+    let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    for (i, e) in all.iter().enumerate() {
+        let expected = event(i as u64);
+        assert_eq!((e.position, &e.event_type, &e.data), (Position(i as u64 + 1), &expected.event_type, &expected.data));
+    }
+}
+
+#[test]
+fn reads_across_parts_and_segments_match_a_scan_and_a_clean_close_leaves_nothing_to_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    append(&store, 0, 3000);
+    check_against_scan(&store, 3000);
+    store.wait_for_sealing();
+    // Only the newest part of the active segment is indexed in memory.
+    assert_eq!(store.tail_indexed_segments(), 1);
+    store.close().unwrap();
+    assert!(files_with(dir.path(), "log").len() >= 4, "the events span several segments");
+
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    assert_eq!(store.recovery().scanned_log_bytes, 0, "{:?}", store.recovery());
+    check_against_scan(&store, 3000);
+    // Appends go on after the parts, and their commit times do not go backwards.
+    let before = store.read(&Query::all(), ReadOptions { backwards: true, limit: Some(1), ..Default::default() });
+    let newest = before.unwrap().collect_all().unwrap()[0].recorded_at;
+    append(&store, 3000, 500);
+    let after = store.read(&Query::all(), ReadOptions { after: Position(3000), ..Default::default() });
+    assert!(after.unwrap().collect_all().unwrap().iter().all(|e| e.recorded_at >= newest));
+    check_against_scan(&store, 3500);
+    store.close().unwrap();
+}
+
+/// Part files of a segment the writer left are merged into its index file and removed; the
+/// merged file is byte for byte the one an open rebuilds from the log.
+#[test]
+fn a_left_segment_gets_one_index_file_equal_to_the_one_built_from_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(2048)).unwrap();
+    append(&store, 0, 2500);
+    store.wait_for_sealing();
+    store.close().unwrap();
+    let logs = files_with(dir.path(), "log");
+    let active_base = logs.last().unwrap().file_stem().unwrap().to_string_lossy().into_owned();
+    let parts: BTreeSet<String> = files_with(dir.path(), "part")
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().split('.').next().unwrap().to_string())
+        .collect();
+    assert_eq!(parts, BTreeSet::from([active_base]), "only the active segment has part files");
+    let indexes = files_with(dir.path(), "idx");
+    assert_eq!(indexes.len(), logs.len() - 1);
+    let merged: Vec<Vec<u8>> = indexes.iter().map(|p| fs::read(p).unwrap()).collect();
+    for index in &indexes {
+        fs::remove_file(index).unwrap();
+    }
+    let store = Store::open(dir.path(), options(2048)).unwrap();
+    assert_eq!(store.recovery().rebuilt_indexes, indexes);
+    store.close().unwrap();
+    for (index, merged) in indexes.iter().zip(&merged) {
+        assert!(fs::read(index).unwrap() == *merged, "{} differs from the merged file", index.display());
+    }
+}
+
+/// The child half of `a_crash_scans_only_what_follows_the_last_part`: appends in small groups
+/// with `fsync` durability, says how far it got, and dies without closing.
+#[test]
+fn crash_child() {
+    let Ok(dir) = std::env::var("LAPILLI_PARTS_CHILD") else { return };
+    let store = Store::open(&dir, Options { durability: Durability::Fsync, ..options(4096) }).unwrap();
+    append(&store, 0, 1203);
+    store.wait_for_sealing();
+    println!("ACK {}", store.head().unwrap().get());
+    std::process::abort();
+}
+
+#[test]
+fn a_crash_scans_only_what_follows_the_last_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::child_test("crash_child").env("LAPILLI_PARTS_CHILD", dir.path()).output().unwrap();
+    assert!(!out.status.success(), "the child aborts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ACK 1203"), "{stdout}");
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    let report = store.recovery().clone();
+    // At most one part's bytes, and the group that crossed its end.
+    assert!(report.scanned_log_bytes > 0 && report.scanned_log_bytes < 4096 + 1024, "{report:?}");
+    check_against_scan(&store, 1203);
+    store.close().unwrap();
+}
+
+/// A part file that is not what it should be is never trusted: one whose header is damaged is
+/// dropped (with every part after it) and its events are scanned from the log again; one whose
+/// body is damaged is answered from an index rebuilt from its part of the log.
+#[test]
+fn damaged_part_files_cost_a_scan_never_an_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(1024)).unwrap();
+    append(&store, 0, 400); // stays in the first segment
+    store.close().unwrap();
+    let parts = files_with(dir.path(), "part");
+    assert!(parts.len() >= 5, "{parts:?}");
+
+    // The body of the second part: answers stay exact.
+    let mut bytes = fs::read(&parts[1]).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    fs::write(&parts[1], &bytes).unwrap();
+    let store = Store::open(dir.path(), options(1024)).unwrap();
+    assert_eq!(store.recovery().scanned_log_bytes, 0);
+    check_against_scan(&store, 400);
+    store.close().unwrap();
+
+    // The header of the third part: it and every later part are dropped and scanned again.
+    let mut bytes = fs::read(&parts[2]).unwrap();
+    bytes[20] ^= 0x01;
+    fs::write(&parts[2], &bytes).unwrap();
+    let store = Store::open(dir.path(), options(1024)).unwrap();
+    assert!(store.recovery().scanned_log_bytes > 1024, "{:?}", store.recovery());
+    check_against_scan(&store, 400);
+    append(&store, 400, 100);
+    check_against_scan(&store, 500);
+    store.close().unwrap();
+    let store = Store::open(dir.path(), options(1024)).unwrap();
+    assert_eq!(store.recovery().scanned_log_bytes, 0, "the close wrote the parts again");
+    check_against_scan(&store, 500);
+    store.close().unwrap();
+}
+
+/// `part_bytes` changed between opens: parts written under one size are read under another.
+#[test]
+fn parts_survive_a_changed_part_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut total = 0;
+    for part_bytes in [1u64, 50_000, 700, 4 << 20, 1] {
+        let store = Store::open(dir.path(), options(part_bytes)).unwrap();
+        check_against_scan(&store, total);
+        append(&store, total, 301);
+        total += 301;
+        store.close().unwrap();
+    }
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    check_against_scan(&store, total);
+    store.close().unwrap();
+}
