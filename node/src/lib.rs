@@ -98,12 +98,13 @@ impl From<NativeQuery> for core::Query {
     }
 }
 
-/// Data is borrowed from the caller's Buffer/Uint8Array and copied once, on the JS thread.
+/// The caller's event object as it is (`tags` and `data` may be missing). Data is borrowed
+/// from the caller's Buffer/Uint8Array and copied once, on the JS thread.
 #[napi(object)]
 pub struct NativeEvent<'env> {
     pub r#type: String,
-    pub tags: Vec<String>,
-    pub data: Uint8ArraySlice<'env>,
+    pub tags: Option<Vec<String>>,
+    pub data: Option<Uint8ArraySlice<'env>>,
 }
 
 #[napi(object)]
@@ -403,7 +404,11 @@ impl NativeStore {
     pub fn append(&self, events: Vec<NativeEvent<'_>>, condition: Option<NativeCondition>) -> Result<()> {
         let events: Vec<core::Event> = events
             .into_iter()
-            .map(|e| core::Event { event_type: e.r#type, tags: e.tags, data: e.data.to_vec() })
+            .map(|e| core::Event {
+                event_type: e.r#type,
+                tags: e.tags.unwrap_or_default(),
+                data: e.data.map(|d| d.to_vec()).unwrap_or_default(),
+            })
             .collect();
         let condition = match condition {
             None => None,
