@@ -4,8 +4,10 @@
 // into the `LapilliError` subclass for the code, with `code` and `position` set.
 
 class LapilliError extends Error {
-  constructor(message, code, position) {
-    super(message)
+  /** `options.cause`: the error this one reports (for an engine error, the error the native
+   * addon threw, whose message still carries the encoded code). */
+  constructor(message, code, position, options) {
+    super(message, options)
     this.name = new.target.name
     this.code = code
     if (position !== undefined) this.position = position
@@ -40,7 +42,7 @@ function translate(err) {
   const match = ENCODED.exec(err.message)
   if (match === null || !(match[1] in CLASSES)) return err
   const Class = CLASSES[match[1]]
-  return new Class(match[3], match[1], match[2] === undefined ? undefined : Number(match[2]))
+  return new Class(match[3], match[1], match[2] === undefined ? undefined : Number(match[2]), { cause: err })
 }
 
 /** A LapilliError of `code` raised by this layer itself (same shape as the engine's). */

@@ -1,5 +1,7 @@
 // Types of the package `lapilli` (hand-written for lapilli.js and errors.js; checked by
-// test/types/usage.ts with `tsc --noEmit`).
+// test/types/usage.ts with `tsc --noEmit`, and by test/dispose/ compiled with `await using`).
+// `AbortSignal`, `Disposable`, `AsyncDisposable` and `Symbol.asyncDispose` come from
+// @types/node (20.4+) or TypeScript's `esnext.disposable` lib.
 
 /** An event to append. `tags` and `data` may be omitted (none, empty). */
 export interface EventInput {
@@ -80,25 +82,59 @@ export interface ReadOptions {
   limit?: number
   /** Descend from the upper end of the window. */
   backwards?: boolean
+  /** Aborting rejects the read's next step with an AbortError (a DOMException named
+   * 'AbortError' whose `cause` is the signal's reason) and lets the snapshot go. An already
+   * aborted signal makes `read` throw it. */
+  signal?: AbortSignal
 }
 
 export interface SubscribeOptions {
   /** Deliver events after this position (default 0: from the start). */
   after?: number
+  /** Aborting ends the subscription: a waiting or later `nextBatch` / `for await` rejects with
+   * an AbortError (`cause`: the signal's reason). An already aborted signal makes `subscribe`
+   * throw it. */
+  signal?: AbortSignal
 }
 
-/** A consistent snapshot read, iterated once. */
-export declare class ReadResult implements AsyncIterable<SequencedEvent> {
+export interface NextBatchOptions {
+  /** Aborting rejects this call with an AbortError; the subscription goes on, and events the
+   * call's wait brings in are kept for the next call. */
+  signal?: AbortSignal
+}
+
+/**
+ * What `for await` drives, as the code builds it: `next`, `return` (which `break` calls, and
+ * which closes the read or subscription), and `Symbol.asyncDispose` (the same). No `throw`:
+ * this is not an async generator.
+ */
+export interface LapilliIterator<T> extends AsyncIterator<T, undefined, undefined>, AsyncDisposable {
+  next(): Promise<IteratorResult<T, undefined>>
+  return(): Promise<IteratorReturnResult<undefined>>
+  [Symbol.asyncIterator](): LapilliIterator<T>
+  [Symbol.asyncDispose](): Promise<void>
+}
+
+/** A consistent snapshot read, iterated once. `using` / `await using` closes it. */
+export declare class ReadResult implements AsyncIterable<SequencedEvent>, Disposable, AsyncDisposable {
   private constructor()
   /** The store head pinned when the read began: the `after` for a decision built on it. */
   readonly head: number
-  /** The events in arrays, as they cross from Rust (the fastest way through a large read). */
-  batches(): AsyncGenerator<SequencedEvent[], void, undefined>
-  [Symbol.asyncIterator](): AsyncGenerator<SequencedEvent, void, undefined>
+  /** True once the read has let its snapshot go: read to the end, closed or aborted. */
+  readonly closed: boolean
+  /** The events in arrays, as they cross from Rust (the fastest way through a large read).
+   * Throws a TypeError if the read was iterated already. */
+  batches(): LapilliIterator<SequencedEvent[]>
+  [Symbol.asyncIterator](): LapilliIterator<SequencedEvent>
+  /** Lets the snapshot go now; iteration after it ends. Idempotent. */
+  close(): void
+  [Symbol.dispose](): void
+  [Symbol.asyncDispose](): Promise<void>
 }
 
-/** History, then live commits, in position order. `break` in `for await` closes it. */
-export declare class Subscription implements AsyncIterable<SequencedEvent> {
+/** History, then live commits, in position order. `break` in `for await`, `using` and
+ * `await using` close it. */
+export declare class Subscription implements AsyncIterable<SequencedEvent>, Disposable, AsyncDisposable {
   private constructor()
   /** True when everything committed so far has been handed out. */
   readonly caughtUp: boolean
@@ -107,14 +143,16 @@ export declare class Subscription implements AsyncIterable<SequencedEvent> {
   readonly closed: boolean
   /** Up to `max` (default 1024) events, waiting at most `timeoutMs` (default: as long as it
    * takes; 0: only what is there now). `[]` on timeout, `null` once ended. */
-  nextBatch(max?: number, timeoutMs?: number): Promise<SequencedEvent[] | null>
+  nextBatch(max?: number, timeoutMs?: number, options?: NextBatchOptions): Promise<SequencedEvent[] | null>
   /** Ends the subscription; a pending `nextBatch` or `for await` finishes. Idempotent. */
   close(): void
-  [Symbol.asyncIterator](): AsyncIterator<SequencedEvent, undefined> & AsyncIterable<SequencedEvent>
+  [Symbol.asyncIterator](): LapilliIterator<SequencedEvent>
+  [Symbol.dispose](): void
+  [Symbol.asyncDispose](): Promise<void>
 }
 
 /** An open store: one directory, one global order of events. */
-export declare class Store {
+export declare class Store implements AsyncDisposable {
   private constructor()
   /** Opens (creating if missing) the store in `path`. Rejects with StoreLockedError if another
    * handle holds it. */
@@ -135,6 +173,9 @@ export declare class Store {
   subscribe(query: Query, options?: SubscribeOptions): Subscription
   /** Commits what is queued, ends every subscription, releases the directory. Idempotent. */
   close(): Promise<void>
+  /** `await using store = await Store.open(dir)`: `close()` at the end of the block. (No
+   * `Symbol.dispose`: closing waits for the final fsync.) */
+  [Symbol.asyncDispose](): Promise<void>
 }
 
 export type ErrorCode =
@@ -150,6 +191,9 @@ export type ErrorCode =
 /** The base of every error the engine reports. */
 export declare class LapilliError extends Error {
   readonly code: ErrorCode
+  /** The error this one reports: for an engine error, the Error the native addon raised (its
+   * message still carries the encoded `[CODE@position]`). */
+  readonly cause?: unknown
   /** The first conflicting event, for ConflictError and AlreadyExistsError. */
   readonly position?: number
 }

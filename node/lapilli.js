@@ -1,7 +1,8 @@
 'use strict'
 // The package's front door: a thin layer over the generated native loader (`index.js`) that
 // checks argument types (TypeError naming the argument), maps errors (errors.js), decodes
-// batches into plain event objects and offers async iteration. No engine logic lives here.
+// batches into plain event objects and offers async iteration, AbortSignals and disposal
+// (`using` / `await using`). No engine logic lives here.
 
 const native = require('./index.js')
 const errors = require('./errors.js')
@@ -24,6 +25,14 @@ const READ_BATCH = 4096
 const SUBSCRIPTION_BATCH = 1024
 /** Subscription waits are cut into slices so no native wait outlives a close for long. */
 const WAIT_SLICE_MS = 250
+
+// Node 18.18+ and 20.4+ define both symbols (as `Symbol.for('nodejs.dispose')` and
+// `Symbol.for('nodejs.asyncDispose')`); on an older runtime the same registered symbols are what
+// TypeScript's downlevel helpers and later runtimes look for. The global is not patched.
+const disposeSymbol = Symbol.dispose ?? Symbol.for('nodejs.dispose')
+const asyncDisposeSymbol = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose')
+
+const DONE = Object.freeze({ value: undefined, done: true })
 
 function typeError(message) {
   return new TypeError(message)
@@ -62,6 +71,52 @@ function checkObject(name, value, optional) {
     throw typeError(`${name} must be an object, got ${describe(value)}`)
   }
   return value
+}
+
+function checkSignal(name, value) {
+  if (value === undefined) return undefined
+  if (value === null || typeof value !== 'object' || typeof value.aborted !== 'boolean' || typeof value.addEventListener !== 'function') {
+    throw typeError(`${name} must be an AbortSignal, got ${describe(value)}`)
+  }
+  return value
+}
+
+/** What an aborted operation rejects with, as Node's own APIs do: a DOMException named
+ * 'AbortError' whose `cause` is the signal's reason. */
+function abortError(signal) {
+  return new DOMException('The operation was aborted', { name: 'AbortError', cause: signal.reason })
+}
+
+/**
+ * A Promise that rejects with an AbortError once `signal` aborts and never resolves, and the
+ * function that stops listening. For racing a native wait: the wait itself keeps running, and
+ * whoever started it takes care of its outcome.
+ */
+function whenAborted(signal, onAbort) {
+  let stop
+  const promise = new Promise((_, reject) => {
+    const listener = () => {
+      const err = abortError(signal)
+      if (onAbort !== undefined) onAbort(err)
+      reject(err)
+    }
+    signal.addEventListener('abort', listener, { once: true })
+    stop = () => signal.removeEventListener('abort', listener)
+  })
+  promise.catch(() => {}) // observed by the races it joins; not unhandled when none is running
+  return { promise, stop }
+}
+
+/** Settles as `promise` does, or rejects with an AbortError as soon as `signal` aborts. */
+async function abortable(promise, signal) {
+  if (signal === undefined) return promise
+  if (signal.aborted) throw abortError(signal)
+  const aborted = whenAborted(signal)
+  try {
+    return await Promise.race([promise, aborted.promise])
+  } finally {
+    aborted.stop()
+  }
 }
 
 /** Calls into the native half, turning its errors into LapilliErrors. */
@@ -141,36 +196,31 @@ function checkQuery(name, value, optional) {
 // ---------------------------------------------------------------------------------------------
 // Events in and out
 
-function toNativeEvents(events) {
+/** Checks the events' types; they then cross as they are (no copy: fewer objects per append
+ * means fewer pauses for the young-generation collector during a burst). */
+function checkEvents(events) {
   if (!Array.isArray(events)) throw typeError(`events must be an array, got ${describe(events)}`)
-  const out = new Array(events.length)
   for (let i = 0; i < events.length; i++) {
     const event = checkObject(`events[${i}]`, events[i])
     if (typeof event.type !== 'string') {
       throw typeError(`events[${i}].type must be a string, got ${describe(event.type)}`)
     }
-    const tags = event.tags === undefined ? [] : checkStrings(`events[${i}].tags`, event.tags)
-    let data = event.data
-    if (data === undefined) {
-      data = EMPTY
-    } else if (!(data instanceof Uint8Array)) {
-      throw typeError(`events[${i}].data must be a Buffer or Uint8Array, got ${describe(data)}`)
+    if (event.tags !== undefined) checkStrings(`events[${i}].tags`, event.tags)
+    if (event.data !== undefined && !(event.data instanceof Uint8Array)) {
+      throw typeError(`events[${i}].data must be a Buffer or Uint8Array, got ${describe(event.data)}`)
     }
-    out[i] = { type: event.type, tags, data }
   }
-  return out
+  return events
 }
 
-const EMPTY = new Uint8Array(0)
-
-function toNativeCondition(condition) {
+/** Checks a condition's types; it then crosses as it is. */
+function checkCondition(condition) {
   if (condition === undefined || condition === null) return undefined
   checkObject('condition', condition)
-  return {
-    failIfEventsMatch: checkQuery('condition.failIfEventsMatch', condition.failIfEventsMatch),
-    after: checkNumber('condition.after', condition.after, true),
-    failIfExists: checkQuery('condition.failIfExists', condition.failIfExists, true),
-  }
+  checkQuery('condition.failIfEventsMatch', condition.failIfEventsMatch)
+  checkNumber('condition.after', condition.after, true)
+  checkQuery('condition.failIfExists', condition.failIfExists, true)
+  return condition
 }
 
 /** Unpacks a native batch (see `Batch` in src/lib.rs) into event objects, appended to `out`. */
@@ -200,32 +250,98 @@ function decodeBatch(batch, out) {
 
 /**
  * A bounded read: a consistent snapshot, consumed once, as an async iterable of events.
- * `head` is the store head pinned when the read began.
+ * `head` is the store head pinned when the read began. The snapshot is let go when the read
+ * is read to the end, closed (`close()`, `break`, `using`) or aborted by its signal.
  */
 class ReadResult {
   #native
   #started = false
+  #closed = false
+  /** The AbortError once the read's signal aborted. */
+  #abortError = null
+  /** Rejects with that AbortError; null without a signal. */
+  #aborted = null
+  #stopListening = null
 
-  constructor(nativeRead) {
+  constructor(nativeRead, signal) {
     this.#native = nativeRead
     this.head = nativeRead.head
+    if (signal !== undefined) {
+      const aborted = whenAborted(signal, (err) => {
+        this.#abortError = err
+        this.#release()
+      })
+      this.#aborted = aborted.promise
+      this.#stopListening = aborted.stop
+    }
+  }
+
+  /** True once the read has let its snapshot go: read to the end, closed or aborted. */
+  get closed() {
+    return this.#native.released
+  }
+
+  /** Lets the snapshot go now; iteration after it ends. Idempotent. */
+  close() {
+    this.#closed = true
+    this.#release()
+  }
+
+  #release() {
+    if (this.#stopListening !== null) {
+      this.#stopListening()
+      this.#stopListening = null
+    }
+    this.#native.close()
   }
 
   /** The events in batches (arrays), as they cross from Rust. */
-  async *batches() {
+  batches() {
     if (this.#started) throw typeError('a ReadResult can be iterated once; call store.read() again')
     this.#started = true
     let size = FIRST_READ_BATCH
-    let pending = settle(this.#native.nextBatch(size))
-    while (true) {
-      const batch = await pending
-      if (batch.count === 0) return
+    let pending = null
+    const fetch = () => {
+      const batch = settle(call(() => this.#native.nextBatch(size)))
+      batch.catch(() => {}) // observed when awaited; not unhandled if the consumer stops
+      return batch
+    }
+    const step = async () => {
+      if (this.#abortError !== null) throw this.#abortError
+      if (this.#closed) return DONE
+      if (pending === null) pending = fetch()
+      const batch = await (this.#aborted === null ? pending : Promise.race([pending, this.#aborted]))
+      if (this.#closed) return DONE
+      if (batch.count === 0) {
+        this.#release() // the native side let the snapshot go with the last batch
+        this.#closed = true
+        return DONE
+      }
       // Ask for the next batch before decoding this one, so Rust and JS work at once.
       size = READ_BATCH
-      pending = settle(this.#native.nextBatch(size))
-      pending.catch(() => {}) // observed when awaited; not unhandled if the consumer stops
-      yield decodeBatch(batch, [])
+      pending = fetch()
+      return { value: decodeBatch(batch, []), done: false }
     }
+    // Calls to next() are served one after another, as an async generator would.
+    let last = Promise.resolve()
+    const iterator = {
+      next: () => {
+        const result = last.then(step)
+        last = result.catch(() => {})
+        return result
+      },
+      return: async () => {
+        this.close()
+        return DONE
+      },
+      [Symbol.asyncIterator]() {
+        return iterator
+      },
+      [asyncDisposeSymbol]: async () => {
+        this.close()
+      },
+    }
+    return iterator
   }
 
   /** Events one by one. Hand-written rather than an async generator: one resolved Promise per
@@ -238,7 +354,7 @@ class ReadResult {
       next: () => {
         if (next < events.length) return Promise.resolve({ value: events[next++], done: false })
         return batches.next().then((step) => {
-          if (step.done) return { value: undefined, done: true }
+          if (step.done) return DONE
           events = step.value
           next = 1
           return { value: events[0], done: false }
@@ -246,13 +362,26 @@ class ReadResult {
       },
       return: () => {
         events = []
-        return batches.return().then(() => ({ value: undefined, done: true }))
+        return batches.return()
       },
       [Symbol.asyncIterator]() {
         return iterator
       },
+      [asyncDisposeSymbol]: async () => {
+        await iterator.return()
+      },
     }
     return iterator
+  }
+
+  /** `using read = store.read(...)`: closes the read at the end of the block. */
+  [disposeSymbol]() {
+    this.close()
+  }
+
+  /** `await using read = store.read(...)`. */
+  async [asyncDisposeSymbol]() {
+    this.close()
   }
 }
 
@@ -267,6 +396,7 @@ function readArgs(name, opts) {
     until: checkNumber(`${name}.until`, o.until, true),
     limit: checkNumber(`${name}.limit`, o.limit, true),
     backwards: o.backwards === true,
+    signal: checkSignal(`${name}.signal`, o.signal),
   }
 }
 
@@ -284,10 +414,26 @@ class Subscription {
   #next = 0
   #position
   #ended = false
+  /** The native wait in progress, if any: one at a time, whoever started it (a call that was
+   * aborted leaves it running; what it brings is kept in `#buffer` for the next call). */
+  #inflight = null
+  /** The AbortError once the subscription's own signal aborted. */
+  #abortError = null
+  /** Rejects with that AbortError; null without a signal. */
+  #aborted = null
+  #stopListening = null
 
-  constructor(nativeSubscription, after) {
+  constructor(nativeSubscription, after, signal) {
     this.#native = nativeSubscription
     this.#position = after
+    if (signal !== undefined) {
+      const aborted = whenAborted(signal, (err) => {
+        this.#abortError = err
+        this.close()
+      })
+      this.#aborted = aborted.promise
+      this.#stopListening = aborted.stop
+    }
   }
 
   /** True when everything committed so far has been handed out. */
@@ -306,42 +452,74 @@ class Subscription {
 
   /**
    * Up to `max` events, waiting at most `timeoutMs` (undefined: as long as it takes; 0: only
-   * what is there now). Resolves `[]` on timeout and `null` once the subscription has ended.
+   * what is there now). Resolves `[]` on timeout and `null` once the subscription has ended;
+   * rejects with an AbortError if `options.signal` (or the subscription's signal) aborts.
    */
-  async nextBatch(max = SUBSCRIPTION_BATCH, timeoutMs) {
+  async nextBatch(max = SUBSCRIPTION_BATCH, timeoutMs, options) {
     checkNumber('max', max)
     checkNumber('timeoutMs', timeoutMs, true)
+    checkObject('options', options, true)
+    const signal = checkSignal('options.signal', options === undefined ? undefined : options.signal)
     if (!(Number.isInteger(max) && max >= 1 && max <= 0xffffffff)) {
       throw errors.lapilliError('INVALID_ARGUMENT', `max is ${max}; a batch holds at least one event`)
     }
     if (timeoutMs !== undefined && !(timeoutMs >= 0)) {
       throw errors.lapilliError('INVALID_ARGUMENT', `timeoutMs is ${timeoutMs}; it must be 0 or more (or omitted: wait as long as it takes)`)
     }
-    let events
-    if (this.#next < this.#buffer.length) {
-      events = this.#buffer.slice(this.#next, this.#next + max)
+    // A loop because another consumer of this subscription may take what #fill found first.
+    while (await this.#fill(max, timeoutMs, signal)) {
+      const events = this.#buffer.slice(this.#next, this.#next + max)
+      if (events.length === 0) continue
       this.#next += events.length
-    } else {
-      events = await this.#fetch(max, timeoutMs)
+      this.#position = events[events.length - 1].position
+      return events
     }
-    if (events !== null && events.length > 0) this.#position = events[events.length - 1].position
-    return events
+    return this.#ended ? null : []
   }
 
-  /** Events from the native side, waiting in slices until `timeoutMs` passes; null: ended. */
-  async #fetch(max, timeoutMs) {
+  /**
+   * Waits, in slices, until `#buffer` holds an event (true), `timeoutMs` passes or the
+   * subscription ends (false); rejects with an AbortError when a signal aborts.
+   */
+  async #fill(max, timeoutMs, signal) {
     const deadline = timeoutMs === undefined ? Infinity : Date.now() + Math.max(0, timeoutMs)
     while (true) {
-      if (this.#ended) return null
+      if (this.#abortError !== null) throw this.#abortError
+      if (signal !== undefined && signal.aborted) throw abortError(signal)
+      if (this.#next < this.#buffer.length) return true
+      if (this.#ended) return false
       const slice = Math.min(WAIT_SLICE_MS, Math.max(0, deadline - Date.now()))
-      const batch = await settle(this.#native.nextBatch(max, slice))
-      if (batch === null || batch === undefined) {
-        this.#ended = true
-        return null
-      }
-      if (batch.count > 0) return decodeBatch(batch, [])
-      if (Date.now() >= deadline) return []
+      const pulled = this.#pull(max, slice)
+      await abortable(this.#aborted === null ? pulled : Promise.race([pulled, this.#aborted]), signal)
+      if (this.#next < this.#buffer.length) return true
+      if (this.#ended) return false
+      if (Date.now() >= deadline) return false
     }
+  }
+
+  /** Starts a native wait unless one is running; its events land in `#buffer`. */
+  #pull(max, slice) {
+    if (this.#inflight === null) {
+      const pulled = settle(call(() => this.#native.nextBatch(max, slice))).then(
+        (batch) => {
+          this.#inflight = null
+          if (batch === null || batch === undefined) {
+            this.#ended = true
+          } else if (batch.count > 0 && !this.#ended) {
+            const events = this.#buffer.slice(this.#next)
+            this.#buffer = decodeBatch(batch, events)
+            this.#next = 0
+          }
+        },
+        (err) => {
+          this.#inflight = null
+          throw err
+        },
+      )
+      pulled.catch(() => {}) // observed by whoever waits; not unhandled if that call was aborted
+      this.#inflight = pulled
+    }
+    return this.#inflight
   }
 
   /** Ends the subscription; a pending `nextBatch` or `for await` finishes. Idempotent. */
@@ -349,29 +527,44 @@ class Subscription {
     this.#ended = true
     this.#buffer = []
     this.#next = 0
+    if (this.#stopListening !== null) {
+      this.#stopListening()
+      this.#stopListening = null
+    }
     this.#native.close()
+  }
+
+  /** `using sub = store.subscribe(...)`: closes the subscription at the end of the block. */
+  [disposeSymbol]() {
+    this.close()
+  }
+
+  /** `await using sub = store.subscribe(...)`. */
+  async [asyncDisposeSymbol]() {
+    this.close()
   }
 
   /** Events one by one; `break` (which calls `return()`) closes the subscription. */
   [Symbol.asyncIterator]() {
     const iterator = {
       next: async () => {
-        if (this.#next >= this.#buffer.length) {
-          const events = await this.#fetch(SUBSCRIPTION_BATCH, undefined)
-          if (events === null) return { value: undefined, done: true }
-          this.#buffer = events
-          this.#next = 0
+        while (await this.#fill(SUBSCRIPTION_BATCH, undefined, undefined)) {
+          if (this.#next >= this.#buffer.length) continue // another consumer took it
+          const event = this.#buffer[this.#next++]
+          this.#position = event.position
+          return { value: event, done: false }
         }
-        const event = this.#buffer[this.#next++]
-        this.#position = event.position
-        return { value: event, done: false }
+        return DONE
       },
       return: async () => {
         this.close()
-        return { value: undefined, done: true }
+        return DONE
       },
       [Symbol.asyncIterator]() {
         return iterator
+      },
+      [asyncDisposeSymbol]: async () => {
+        this.close()
       },
     }
     return iterator
@@ -388,9 +581,18 @@ function checkPath(path) {
   return path
 }
 
+/** Answers collected per crossing: bounds the JS work of one callback (a group commit can
+ * answer 16,000 appends at once), so the event loop turns between batches of resolutions. */
+const ANSWER_BATCH = 1024
+
 /** An open store: one directory, one global order of events. */
 class Store {
   #native
+  /** `resolve, reject` of each append not yet answered, flat, in call order (the order the
+   * answers come in); `#unanswered[#firstUnanswered]` is the oldest's resolve. */
+  #unanswered = []
+  #firstUnanswered = 0
+  #collecting = false
 
   constructor(key, nativeStore) {
     if (key !== STORE_KEY) throw typeError('use Store.open(path, options)')
@@ -430,20 +632,85 @@ class Store {
 
   /**
    * Appends `events` atomically at consecutive positions if `condition` holds. The append is
-   * queued when called (so appends commit in call order) and resolves once committed.
+   * queued when called (so appends commit in call order) and resolves once committed; a burst
+   * larger than the writer's queue waits as pending Promises, never on the event loop.
    */
-  async append(events, condition) {
-    const nativeEvents = toNativeEvents(events)
-    const nativeCondition = toNativeCondition(condition)
-    return settle(call(() => this.#native.append(nativeEvents, nativeCondition)))
+  append(events, condition) {
+    try {
+      const checked = checkCondition(condition)
+      this.#native.append(checkEvents(events), checked)
+    } catch (err) {
+      return Promise.reject(translate(err))
+    }
+    const answered = new Promise((resolve, reject) => this.#unanswered.push(resolve, reject))
+    if (!this.#collecting) this.#collectAnswers()
+    return answered
   }
 
-  /** A snapshot read of the events matching `query` in `(after, until]`; iterate it once. */
+  /** Settles queued appends as their answers come, a batch per crossing, while any is left. A
+   * pending crossing keeps the process alive, as a pending write on a socket would. */
+  async #collectAnswers() {
+    this.#collecting = true
+    try {
+      while (this.#firstUnanswered < this.#unanswered.length) {
+        let answers
+        try {
+          answers = await this.#native.nextAnswers(ANSWER_BATCH)
+        } catch (err) {
+          this.#failUnanswered(translate(err))
+          return
+        }
+        if (answers.count === 0) {
+          this.#failUnanswered(errors.lapilliError('CLOSED', 'the store was closed before the append was answered'))
+          return
+        }
+        this.#settle(answers)
+      }
+    } finally {
+      this.#collecting = false
+    }
+  }
+
+  #settle({ count, positions, failures }) {
+    let failure = 0
+    for (let i = 0; i < count; i++) {
+      const at = this.#firstUnanswered + 2 * i
+      if (failure < failures.length && failures[failure].index === i) {
+        this.#unanswered[at + 1](translate(new Error(failures[failure].message)))
+        failure++
+      } else {
+        this.#unanswered[at]({ first: positions[2 * i], last: positions[2 * i + 1] })
+      }
+    }
+    this.#firstUnanswered += 2 * count
+    // Drop settled entries now and then rather than shifting the array once per answer.
+    if (this.#firstUnanswered === this.#unanswered.length) {
+      this.#unanswered = []
+      this.#firstUnanswered = 0
+    } else if (this.#firstUnanswered > 8192) {
+      this.#unanswered = this.#unanswered.slice(this.#firstUnanswered)
+      this.#firstUnanswered = 0
+    }
+  }
+
+  #failUnanswered(err) {
+    const unanswered = this.#unanswered
+    const first = this.#firstUnanswered
+    this.#unanswered = []
+    this.#firstUnanswered = 0
+    for (let at = first; at < unanswered.length; at += 2) unanswered[at + 1](err)
+  }
+
+  /** A snapshot read of the events matching `query` in `(after, until]`; iterate it once.
+   * `opts.signal` aborts it: iteration rejects with an AbortError and the snapshot is let go
+   * (an already aborted signal throws the AbortError here). */
   read(query, opts) {
     checkQuery('query', query)
     const o = readArgs('opts', opts)
+    if (o.signal !== undefined && o.signal.aborted) throw abortError(o.signal)
     return new ReadResult(
       call(() => this.#native.read(query, o.after, o.until, o.limit, o.backwards)),
+      o.signal,
     )
   }
 
@@ -451,23 +718,38 @@ class Store {
   async readAll(query, opts) {
     const read = this.read(query, opts)
     const events = []
-    for await (const batch of read.batches()) {
-      for (let i = 0; i < batch.length; i++) events.push(batch[i])
+    try {
+      for await (const batch of read.batches()) {
+        for (let i = 0; i < batch.length; i++) events.push(batch[i])
+      }
+    } finally {
+      read.close()
     }
     return { events, head: read.head }
   }
 
-  /** Every matching event after `opts.after` (default 0): history, then live commits. */
+  /** Every matching event after `opts.after` (default 0): history, then live commits.
+   * `opts.signal` ends it: a waiting consumer rejects with an AbortError (an already aborted
+   * signal throws it here). */
   subscribe(query, opts) {
     checkQuery('query', query)
     checkObject('opts', opts, true)
     const after = opts === undefined || opts.after === undefined ? 0 : checkNumber('opts.after', opts.after)
-    return new Subscription(call(() => this.#native.subscribe(query, after)), after)
+    const signal = checkSignal('opts.signal', opts === undefined ? undefined : opts.signal)
+    if (signal !== undefined && signal.aborted) throw abortError(signal)
+    return new Subscription(call(() => this.#native.subscribe(query, after)), after, signal)
   }
 
   /** Commits what is queued, ends every subscription and releases the directory. Idempotent. */
   async close() {
-    await settle(this.#native.close())
+    await settle(call(() => this.#native.close()))
+  }
+
+  /** `await using store = await Store.open(...)`: closes the store at the end of the block.
+   * (No synchronous `Symbol.dispose`: closing waits for the last commit's fsync, which a
+   * synchronous dispose would either block the event loop on or not wait for.) */
+  [asyncDisposeSymbol]() {
+    return this.close()
   }
 }
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Node.js package `lapilli` and runs its tests: npm ci and the native addon in
 # release mode (scripts/build.sh), the TypeScript check of a typed usage file, then
-# `node --test` over node/test/ (the conformance scenarios, the behaviour tests, the examples
-# and the demo step). Run from anywhere; idempotent; a second run reuses node_modules and
+# `node --test` over node/test/ (the conformance scenarios, the behaviour tests, the examples,
+# the demo step, and test/dispose/ compiled by tsc with `await using`). Run from anywhere; idempotent; a second run reuses node_modules and
 # cargo's cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,19 +7,30 @@
 //! Threads: `head`, `read` (a snapshot) and `subscribe` are cheap and answer on the JS thread;
 //! `open`, `append` (waiting for the group commit), batch production, subscription waits and
 //! `close` run on napi's tokio runtime (`spawn_blocking` where they may block), so the event
-//! loop is never held up by an fsync or a page fault. `append` hands its events to the writer
-//! synchronously (`Store::submit`), so appends are queued in call order and a thousand pending
-//! Promises are one group commit, not a thousand threads. `submit` validates, encodes and checks
-//! the append's condition against the log as it is now on the calling thread (index lookups,
-//! normally microseconds; the first condition after an open also builds the tag filters of the
-//! sealed segments it asks), so that work runs on the JS thread.
+//! loop is never held up by an fsync or a page fault.
+//!
+//! `append` copies its events out of the JS values (they are only borrowed) and puts them on
+//! the store's [`Submitter`]: an unbounded FIFO drained by one thread per store, which calls
+//! `Store::submit` for each in turn. `submit` validates, encodes, checks the condition against
+//! the index and blocks while the writer's bounded queue is full; on that thread none of it
+//! holds up the event loop, a burst larger than the writer's queue waits as pending Promises
+//! (asynchronous backpressure), and one thread draining one FIFO keeps appends committed in
+//! call order. A thousand pending Promises are still a handful of group commits, not a
+//! thousand threads.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, TryLockError};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use lapilli_core as core;
 use napi::bindgen_prelude::*;
+use napi::tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use napi_derive::napi;
 
 /// Largest integer a JS number holds exactly (2^53 - 1).
@@ -87,12 +98,13 @@ impl From<NativeQuery> for core::Query {
     }
 }
 
-/// Data is borrowed from the caller's Buffer/Uint8Array and copied once, on the JS thread.
+/// The caller's event object as it is (`tags` and `data` may be missing). Data is borrowed
+/// from the caller's Buffer/Uint8Array and copied once, on the JS thread.
 #[napi(object)]
 pub struct NativeEvent<'env> {
     pub r#type: String,
-    pub tags: Vec<String>,
-    pub data: Uint8ArraySlice<'env>,
+    pub tags: Option<Vec<String>>,
+    pub data: Option<Uint8ArraySlice<'env>>,
 }
 
 #[napi(object)]
@@ -107,12 +119,6 @@ pub struct NativeOptions {
     pub durability: Option<String>,
     pub segment_size: Option<f64>,
     pub max_event_bytes: Option<f64>,
-}
-
-#[napi(object)]
-pub struct AppendOutcome {
-    pub first: f64,
-    pub last: f64,
 }
 
 /// Events packed for one crossing. `meta` holds, per event, `position, recordedAt, type index,
@@ -228,7 +234,7 @@ pub fn open_store(env: &Env, path: String, options: Option<NativeOptions>) -> Re
     let options = core_options(options)?;
     env.spawn_future(blocking(move || {
         let store = core::Store::open(path, options).map_err(to_js_error)?;
-        Ok(NativeStore { inner: Arc::new(store) })
+        NativeStore::new(store)
     }))
 }
 
@@ -238,13 +244,149 @@ pub fn open_store(env: &Env, path: String, options: Option<NativeOptions>) -> Re
 pub fn open_store_read_only(env: &Env, path: String) -> Result<PromiseRaw<'_, NativeStore>> {
     env.spawn_future(blocking(move || {
         let store = core::Store::open_read_only(path).map_err(to_js_error)?;
-        Ok(NativeStore { inner: Arc::new(store) })
+        NativeStore::new(store)
     }))
+}
+
+/// An append copied out of its JS values, waiting for its turn at `Store::submit`.
+struct QueuedAppend {
+    events: Vec<core::Event>,
+    condition: Option<core::AppendCondition>,
+}
+
+/// One store's appends, from the JS call to the answer: an unbounded FIFO drained by one
+/// thread into `Store::submit`, in order, and the answer slots it gets back, which JS collects
+/// in the same order with [`NativeStore::next_answers`].
+///
+/// Rejected: calling `submit` on the JS thread (it blocks there whenever the writer's queue is
+/// full, and its condition check is index work); `spawn_blocking` per append (tokio's pool
+/// runs tasks in any order, so call order would not be commit order); a non-blocking
+/// `try_submit` in core plus a wake-up when there is room (more core surface for what one
+/// thread per store does with the existing API); a napi Promise per append (napi-rs makes a
+/// threadsafe function, a libuv handle, per Promise, and resolves each in its own callback: a
+/// group commit of 16,000 answers held the event loop for over 100 ms).
+struct Submitter {
+    /// None once closing began: later appends are refused.
+    queue: Mutex<Option<mpsc::Sender<QueuedAppend>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    answers: Arc<napi::tokio::sync::Mutex<Answers>>,
+}
+
+/// Answer slots in call order: `waiting` holds those taken off the channel, not yet answered.
+struct Answers {
+    submitted: UnboundedReceiver<core::PendingAppend>,
+    waiting: VecDeque<core::PendingAppend>,
+}
+
+impl Submitter {
+    fn start(store: Arc<core::Store>) -> Result<Submitter> {
+        let (queue, incoming) = mpsc::channel::<QueuedAppend>();
+        let (submitted, answers) = unbounded_channel();
+        let thread = std::thread::Builder::new()
+            .name("lapilli-node-submit".into())
+            .spawn(move || {
+                // Ends when every sender is gone (close, or the handle collected) and the FIFO
+                // is drained, so what was queued before a close is submitted before it.
+                for append in incoming {
+                    let pending = store.submit(append.events, append.condition);
+                    // Nobody collects answers once the handle is gone; the append is committed
+                    // or refused all the same.
+                    let _ = submitted.send(pending);
+                }
+            })
+            .map_err(|e| Error::new(Status::GenericFailure, format!("cannot start the append thread: {e}")))?;
+        Ok(Submitter {
+            queue: Mutex::new(Some(queue)),
+            thread: Mutex::new(Some(thread)),
+            answers: Arc::new(napi::tokio::sync::Mutex::new(Answers { submitted: answers, waiting: VecDeque::new() })),
+        })
+    }
+
+    /// Queues an append behind every earlier one; false once the store is closing.
+    fn queue(&self, append: QueuedAppend) -> bool {
+        let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        queue.as_ref().is_some_and(|queue| queue.send(append).is_ok())
+    }
+
+    /// Refuses further appends (called on the JS thread, so an append called after `close` is
+    /// refused whatever the timing).
+    fn stop_accepting(&self) {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// Waits until everything queued has been submitted (blocks: call off the JS thread).
+    fn drain(&self) {
+        self.stop_accepting();
+        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Answers {
+    /// Waits for the oldest unanswered append, then takes the answers that follow it and are
+    /// already in, up to `max` in all. Empty only when no append is left to answer.
+    async fn next(&mut self, max: usize) -> Vec<core::Result<core::AppendResult>> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            while let Ok(pending) = self.submitted.try_recv() {
+                self.waiting.push_back(pending);
+            }
+            let Some(oldest) = self.waiting.front_mut() else {
+                if !out.is_empty() {
+                    break;
+                }
+                match self.submitted.recv().await {
+                    Some(pending) => {
+                        self.waiting.push_back(pending);
+                        continue;
+                    }
+                    None => break,
+                }
+            };
+            let answer = if out.is_empty() {
+                oldest.await
+            } else {
+                // Only what is answered already: the caller gets these now, the rest next time.
+                match Pin::new(oldest).poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(answer) => answer,
+                    Poll::Pending => break,
+                }
+            };
+            self.waiting.pop_front();
+            out.push(answer);
+        }
+        out
+    }
+}
+
+/// Answers to appends, in call order: `positions` holds `first, last` per answer (0, 0 for a
+/// failed one) and `failures` the failed ones with their encoded error (see [`to_js_error`]).
+#[napi(object)]
+pub struct AnswerBatch {
+    pub count: u32,
+    pub positions: Float64Array,
+    pub failures: Vec<AppendFailure>,
+}
+
+#[napi(object)]
+pub struct AppendFailure {
+    pub index: u32,
+    pub message: String,
 }
 
 #[napi]
 pub struct NativeStore {
     inner: Arc<core::Store>,
+    submitter: Arc<Submitter>,
+}
+
+impl NativeStore {
+    fn new(store: core::Store) -> Result<NativeStore> {
+        let inner = Arc::new(store);
+        let submitter = Arc::new(Submitter::start(inner.clone())?);
+        Ok(NativeStore { inner, submitter })
+    }
 }
 
 #[napi]
@@ -254,18 +396,19 @@ impl NativeStore {
         position_out(self.inner.head().map_err(to_js_error)?)
     }
 
-    /// Validates and queues the append now (so appends commit in call order), then resolves
-    /// once the writer has committed or refused it.
+    /// Queues the append behind every earlier call (so appends commit in call order) and
+    /// returns at once; its answer comes, in call order, from `next_answers`. Validation, the
+    /// condition check and waiting for room in the writer's queue happen on the submitter's
+    /// thread. Throws `Closed` once `close` was called (then no answer will come for it).
     #[napi]
-    pub fn append<'env>(
-        &self,
-        env: &'env Env,
-        events: Vec<NativeEvent<'env>>,
-        condition: Option<NativeCondition>,
-    ) -> Result<PromiseRaw<'env, AppendOutcome>> {
+    pub fn append(&self, events: Vec<NativeEvent<'_>>, condition: Option<NativeCondition>) -> Result<()> {
         let events: Vec<core::Event> = events
             .into_iter()
-            .map(|e| core::Event { event_type: e.r#type, tags: e.tags, data: e.data.to_vec() })
+            .map(|e| core::Event {
+                event_type: e.r#type,
+                tags: e.tags.unwrap_or_default(),
+                data: e.data.map(|d| d.to_vec()).unwrap_or_default(),
+            })
             .collect();
         let condition = match condition {
             None => None,
@@ -275,10 +418,38 @@ impl NativeStore {
                 fail_if_exists: c.fail_if_exists.map(Into::into),
             }),
         };
-        let pending = self.inner.submit(events, condition);
+        if !self.submitter.queue(QueuedAppend { events, condition }) {
+            return Err(to_js_error(core::Error::new(core::ErrorKind::Closed, "the store is closed")));
+        }
+        Ok(())
+    }
+
+    /// The answers to the oldest unanswered appends, in call order: resolves once the oldest is
+    /// answered, with it and those after it answered already (at most `max`), so one crossing
+    /// settles a whole group commit. Resolves an empty batch when no append is left unanswered
+    /// and the store is closed. One call at a time.
+    #[napi]
+    pub fn next_answers<'env>(&self, env: &'env Env, max: u32) -> Result<PromiseRaw<'env, AnswerBatch>> {
+        let answers = self.submitter.answers.clone();
+        let max = max.max(1) as usize;
         env.spawn_future(async move {
-            let appended = pending.await.map_err(to_js_error)?;
-            Ok(AppendOutcome { first: position_out(appended.first)?, last: position_out(appended.last)? })
+            let answers = answers.lock().await.next(max).await;
+            let mut positions = Vec::with_capacity(answers.len() * 2);
+            let mut failures = Vec::new();
+            for (index, answer) in answers.iter().enumerate() {
+                let outcome = answer
+                    .as_ref()
+                    .map_err(|e| to_js_error(e.clone()))
+                    .and_then(|a| Ok((position_out(a.first)?, position_out(a.last)?)));
+                match outcome {
+                    Ok((first, last)) => positions.extend([first, last]),
+                    Err(err) => {
+                        positions.extend([0.0, 0.0]);
+                        failures.push(AppendFailure { index: index as u32, message: err.reason.clone() });
+                    }
+                }
+            }
+            Ok(AnswerBatch { count: answers.len() as u32, positions: Float64Array::new(positions), failures })
         })
     }
 
@@ -298,7 +469,11 @@ impl NativeStore {
             backwards,
         };
         let read = self.inner.read(&query.into(), options).map_err(to_js_error)?;
-        Ok(NativeRead { head: position_out(read.head())?, inner: Arc::new(Mutex::new(read)) })
+        Ok(NativeRead {
+            head: position_out(read.head())?,
+            inner: Arc::new(Mutex::new(Some(read))),
+            closing: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     #[napi]
@@ -308,17 +483,26 @@ impl NativeStore {
         Ok(NativeSubscription { inner: Arc::new(subscription) })
     }
 
-    /// Answers queued appends, stops the writer, ends subscriptions, releases the lock.
+    /// Submits what `append` queued before it, answers it, stops the writer, ends
+    /// subscriptions, releases the lock.
     #[napi]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let store = self.inner.clone();
-        env.spawn_future(blocking(move || store.close().map_err(to_js_error)))
+        let submitter = self.submitter.clone();
+        submitter.stop_accepting();
+        env.spawn_future(blocking(move || {
+            submitter.drain();
+            store.close().map_err(to_js_error)
+        }))
     }
 }
 
 #[napi]
 pub struct NativeRead {
-    inner: Arc<Mutex<core::ReadResult>>,
+    /// None once released (closed, or read to the end): the snapshot it pinned is dropped.
+    inner: Arc<Mutex<Option<core::ReadResult>>>,
+    /// Set by `close`; a batch in flight then stops early and releases the read itself.
+    closing: Arc<AtomicBool>,
     head: f64,
 }
 
@@ -335,19 +519,52 @@ impl NativeRead {
     #[napi]
     pub fn next_batch<'env>(&self, env: &'env Env, max: u32) -> Result<PromiseRaw<'env, Batch>> {
         let read = self.inner.clone();
+        let closing = self.closing.clone();
         let max = max.max(1) as usize;
         env.spawn_future(blocking(move || {
-            let mut read = read.lock().unwrap_or_else(|p| p.into_inner());
+            let mut slot = read.lock().unwrap_or_else(|p| p.into_inner());
             let mut batch = BatchBuilder::default();
+            let Some(read) = slot.as_mut() else { return batch.finish() };
+            let mut done = false;
             while (batch.count as usize) < max && batch.data.len() < BATCH_DATA_BYTES {
+                if closing.load(Ordering::Acquire) {
+                    done = true;
+                    break;
+                }
                 let step = (max - batch.count as usize).min(256);
                 let visited = read.visit(step, |view| batch.push_view(view)).map_err(to_js_error)?;
                 if visited < step {
+                    done = true;
                     break;
                 }
             }
+            if done {
+                // Read to the end or closed meanwhile: let the snapshot go now, not at GC.
+                slot.take();
+            }
             batch.finish()
         }))
+    }
+
+    /// Releases the snapshot (at once, or when the batch in flight ends). Idempotent.
+    #[napi]
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        match self.inner.try_lock() {
+            Ok(mut slot) => drop(slot.take()),
+            Err(TryLockError::Poisoned(p)) => drop(p.into_inner().take()),
+            Err(TryLockError::WouldBlock) => {}
+        }
+    }
+
+    /// True once the snapshot is dropped.
+    #[napi(getter)]
+    pub fn released(&self) -> bool {
+        match self.inner.try_lock() {
+            Ok(slot) => slot.is_none(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().is_none(),
+            Err(TryLockError::WouldBlock) => false,
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 // The event loop is never blocked (timers tick through a large fsync'd append and a large
-// read), and a process using lapilli exits by itself: nothing native keeps Node alive after
+// read; a burst of appends three times the writer's queue leaves it free), and a process using lapilli exits by itself: nothing native keeps Node alive after
 // close(), and open stores or subscriptions do not crash it at exit.
 
 import { test, after } from 'node:test'
@@ -9,6 +9,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { Store, Query } from '../lapilli.js'
 
 const packageDir = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
@@ -74,6 +75,52 @@ test('setInterval keeps ticking during a large fsync append and a large read', a
   } finally {
     await store.close()
     fs.rmSync(dir, { recursive: true, force: true })
+  }
+})
+
+test('a burst of 50,000 appends, three times the writer queue, leaves the event loop free and commits in call order', async (t) => {
+  const dir = tempDir()
+  // 32 MiB segments: preallocating the default 256 MiB competes for the machine's two cores.
+  const store = await Store.open(path.join(dir, 'store'), { durability: 'fsync', segmentSize: 32 << 20 })
+  try {
+    const data = Buffer.alloc(100, 1)
+    // The same event arrays again and again: what the collector pauses for is the library's.
+    const batches = Array.from({ length: 64 }, (_, k) => [{ type: 'Burst', tags: [`k:${k}`], data }])
+    // Half the appends carry a condition, so the pre-check against the index is part of the
+    // work that must stay off the event loop.
+    const never = { failIfEventsMatch: Query.forTags('never'), after: 0 }
+    // Each sample is the time between two 1 ms timer ticks: 1 ms plus however long the loop
+    // was held up.
+    const delay = monitorEventLoopDelay({ resolution: 1 })
+    delay.enable()
+    const pending = []
+    let turn = []
+    for (let i = 0; i < 50000; i++) {
+      turn.push(store.append(batches[i % 64], i % 2 === 1 ? never : undefined))
+      // The calls arrive as requests would, twenty per turn of the loop (one synchronous loop
+      // of 50,000 calls is the caller's own JavaScript, which no library can interleave), and
+      // each turn's Promises are joined as they come (Promise.all over 50,000 at once is one
+      // synchronous pass of 50,000 .then calls). All 50,000 are pending at once all the same:
+      // three times what the writer's queue holds (16,384).
+      if (turn.length === 20) {
+        pending.push(Promise.all(turn))
+        turn = []
+        await new Promise(setImmediate)
+      }
+    }
+    const answers = (await Promise.all(pending)).flat()
+    delay.disable()
+    const outOfOrder = answers.findIndex((a, i) => a.first !== i + 1 || a.last !== i + 1)
+    assert.equal(outOfOrder, -1, `append ${outOfOrder} committed at ${JSON.stringify(answers[outOfOrder])}`)
+    assert.equal(store.head(), 50000)
+    const p99 = delay.percentile(99) / 1e6
+    t.diagnostic(`event loop delay p99 ${p99.toFixed(1)} ms, max ${(delay.max / 1e6).toFixed(1)} ms, ${delay.count} samples`)
+    assert.ok(
+      p99 < 20,
+      `event loop delay p99 ${p99.toFixed(1)} ms (max ${(delay.max / 1e6).toFixed(1)} ms, ${delay.count} samples)`,
+    )
+  } finally {
+    await store.close()
   }
 })
 

@@ -10,6 +10,7 @@ import {
   type AppendResult,
   type ErrorCode,
   type EventInput,
+  type LapilliIterator,
   type SequencedEvent,
 } from '../../lapilli.js'
 
@@ -42,7 +43,17 @@ export async function usage(dir: string): Promise<number> {
     const n: number = batch.length
     void n
   }
-  const sub = store.subscribe(Query.all(), { after: 0 })
+  const controller = new AbortController()
+  const cancellable = store.read(Query.all(), { signal: controller.signal })
+  const iterator: LapilliIterator<SequencedEvent> = cancellable[Symbol.asyncIterator]()
+  const step: IteratorResult<SequencedEvent, undefined> = await iterator.next()
+  void step
+  await iterator.return()
+  const released: boolean = cancellable.closed
+  void released
+  const sub = store.subscribe(Query.all(), { after: 0, signal: controller.signal })
+  const waited: SequencedEvent[] | null = await sub.nextBatch(10, 100, { signal: AbortSignal.timeout(50) })
+  void waited
   const batch: SequencedEvent[] | null = await sub.nextBatch(10, 0)
   void batch
   for await (const event of sub) {
@@ -56,6 +67,8 @@ export async function usage(dir: string): Promise<number> {
     await store.append([{ type: 'X' }], { failIfEventsMatch: course })
   } catch (err) {
     if (err instanceof ConflictError) {
+      const cause: unknown = err.cause
+      void cause
       const code: 'CONFLICT' = err.code
       const position: number | undefined = err.position
       void code, position
