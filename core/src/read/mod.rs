@@ -207,6 +207,11 @@ impl Snapshot {
 const PREFETCH_BYTES: usize = 4 << 20;
 /// Events a walk yields from a segment before it starts prefetching.
 const PREFETCH_AFTER: u32 = 64;
+/// A walk through postings whose matches so far lie closer than this on average (a hot tag's)
+/// reads ahead like a scan: it touches most pages anyway, and with sealed logs advised for point
+/// reads each page would otherwise be a fault and a 4 KiB read of its own (1.45M events of a
+/// hot entity read cold took 26 s at 10M events, against 2 s for a store that reads ahead).
+const DENSE_GAP_BYTES: u64 = 64 << 10;
 
 /// Keeps `PREFETCH_BYTES` ahead of a sequential walk at `offset` prefetched (behind it, for a
 /// backward walk); returns the new far end of the prefetched range.
@@ -252,6 +257,8 @@ pub(crate) struct Walk {
     build_filters: bool,
     /// Events this walk has yielded from the current segment.
     in_segment: u32,
+    /// Log offset of the first of them.
+    first_offset: u64,
 }
 
 impl Walk {
@@ -259,7 +266,7 @@ impl Walk {
         let high = high.min(snapshot.head);
         let next_segment = (low <= high && low >= 1)
             .then(|| if backwards { snapshot.segment_of(high) } else { snapshot.segment_of(low) });
-        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, next_segment, build_filters: false, in_segment: 0 }
+        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, next_segment, build_filters: false, in_segment: 0, first_offset: 0 }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -310,12 +317,17 @@ impl Walk {
             match walk.next(&access)? {
                 Some(rel) => {
                     self.in_segment += 1;
+                    let offset = access.index.offset(rel);
+                    if self.in_segment == 1 {
+                        self.first_offset = offset;
+                    }
                     // Only a walk that has gone some way is worth read-ahead: a subscription
                     // resumed for one event at a time would otherwise pay two `mincore` calls
                     // an event.
-                    if self.in_segment > PREFETCH_AFTER && walk.is_sequential() {
+                    let dense = || offset.abs_diff(self.first_offset) / self.in_segment as u64 <= DENSE_GAP_BYTES;
+                    if self.in_segment > PREFETCH_AFTER && (walk.is_sequential() || dense()) {
                         let log = entry.log.bytes()?;
-                        self.prefetched = prefetch(log, access.index.offset(rel) as usize, self.backwards, self.prefetched);
+                        self.prefetched = prefetch(log, offset as usize, self.backwards, self.prefetched);
                     }
                     let event = access.event(rel)?;
                     return Ok(Some((event.position, visit(&event))));
