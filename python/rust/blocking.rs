@@ -1,21 +1,26 @@
 //! The one way a call that may block or take more than microseconds leaves Python: the GIL is
 //! released (other threads run; free-threaded builds do not stop the world for us), engine
-//! errors become Python exceptions, and a Ctrl-C that arrived meanwhile is raised as
-//! `KeyboardInterrupt`.
+//! errors become Python exceptions, a panic becomes a `LapilliError` rather than unwinding into
+//! the interpreter, and a Ctrl-C that arrived meanwhile is raised as `KeyboardInterrupt`.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use pyo3::prelude::*;
 use pyo3::marker::Ungil;
 
-use crate::errors::to_py;
+use crate::errors::{from_panic, to_py};
 
 pub fn detached<T, F>(py: Python<'_>, f: F) -> PyResult<T>
 where
-    F: Ungil + FnOnce() -> lapilli_core::Result<T>,
+    F: Ungil + Send + FnOnce() -> lapilli_core::Result<T>,
     T: Send,
 {
-    let result = py.detach(f);
+    let result = py.detach(move || catch_unwind(AssertUnwindSafe(f)));
     py.check_signals()?;
-    result.map_err(to_py)
+    match result {
+        Ok(result) => result.map_err(to_py),
+        Err(payload) => Err(from_panic(payload)),
+    }
 }
 
 /// Locks a binding-side mutex. Only ever called inside `detached` (or with `try_lock` while

@@ -1,8 +1,11 @@
-//! The one place where engine errors become Python exceptions (`API.md`, "Errors").
+//! The one place where engine errors, and panics, become Python exceptions (`API.md`, "Errors").
 //!
 //! The classes are made at import with `type(name, bases, namespace)` because two of them have
 //! two bases (`InvalidArgumentError` is also a `ValueError`, `LapilliIOError` an `OSError`),
 //! which `create_exception!` cannot express.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use lapilli_core::{Error, ErrorKind};
 use pyo3::prelude::*;
@@ -109,6 +112,35 @@ pub fn to_py(err: Error) -> PyErr {
             Err(e) => e,
         }
     })
+}
+
+/// What a panic's payload says (`panic!` with a literal or a formatted message), for the
+/// exception that replaces it.
+pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string());
+    format!("internal error in lapilli (a bug; please report it): {what}")
+}
+
+/// A Rust panic as a normal Python exception: a `LapilliError` (an `Exception`, so `except
+/// Exception` catches it), never pyo3's `PanicException` (a `BaseException`, which escapes such
+/// handlers and reads as a crash).
+pub fn from_panic(payload: Box<dyn Any + Send>) -> PyErr {
+    let message = panic_message(payload.as_ref());
+    Python::attach(|py| match classes(py).base.bind(py).call1((message,)) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(e) => e,
+    })
+}
+
+/// Runs a method's body with panics caught at the boundary: every `#[pymethods]` function that
+/// runs more than a field read goes through this (or through `blocking::detached`, which does
+/// the same for the work it runs with the interpreter released).
+pub fn guard<T>(body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|payload| Err(from_panic(payload)))
 }
 
 /// An `InvalidArgumentError` raised by the binding itself (values the engine never sees).

@@ -14,6 +14,30 @@ mod values;
 
 use pyo3::prelude::*;
 
+/// Test knob: sets the byte budget of one Arrow batch (tests lower it to a few MiB); returns the
+/// previous budget. Not part of the API.
+#[pyfunction]
+fn _set_arrow_batch_bytes(bytes: usize) -> PyResult<usize> {
+    arrow::set_batch_bytes(bytes)
+}
+
+/// Test knob: panics inside the binding at `site`, to prove every panic reaches Python as a
+/// `LapilliError`: "attached" (a method body), "detached" (work run with the interpreter
+/// released), "arrow" (arms a panic in the next Arrow batch built, inside the C stream
+/// callback). Not part of the API.
+#[pyfunction]
+fn _panic_for_test(py: Python<'_>, site: &str) -> PyResult<()> {
+    match site {
+        "attached" => errors::guard(|| panic!("test knob: a panic in a method body")),
+        "detached" => blocking::detached(py, || -> lapilli_core::Result<()> { panic!("test knob: a panic with the interpreter released") }),
+        "arrow" => {
+            arrow::panic_in_next_batch();
+            Ok(())
+        }
+        other => Err(errors::invalid(format!("site is {other:?}; it must be \"attached\", \"detached\" or \"arrow\""))),
+    }
+}
+
 #[pymodule(gil_used = false)]
 fn _lapilli(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -28,6 +52,9 @@ fn _lapilli(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrow::ArrowStream>()?;
     m.add_class::<subscription::Subscription>()?;
     m.add_class::<pending::PendingAppend>()?;
+    // Set as plain attributes, not `add_function`: that would list them in `__all__`.
+    m.as_any().setattr("_set_arrow_batch_bytes", wrap_pyfunction!(_set_arrow_batch_bytes, m)?)?;
+    m.as_any().setattr("_panic_for_test", wrap_pyfunction!(_panic_for_test, m)?)?;
     errors::classes(py).register(py, m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

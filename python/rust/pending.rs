@@ -129,32 +129,45 @@ impl PendingAppend {
     }
 
     /// The outcome: the `AppendResult`, or the append's error raised. Waits (interpreter
-    /// released) up to `timeout` seconds, or as long as it takes with None; raises
-    /// `TimeoutError` if it passes first.
+    /// released) up to `timeout` seconds, or as long as it takes with None or `float("inf")`;
+    /// raises `TimeoutError` if it passes first.
     #[pyo3(signature = (timeout=None))]
     fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<AppendResult> {
-        if let Some(answer) = self.answer() {
-            return answer;
-        }
-        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
-        loop {
-            let task = &self.task;
-            let finished = detached(py, || {
-                let state = lock(&task.state);
-                let slice = Duration::from_millis(100);
-                let (state, _) = task
-                    .done
-                    .wait_timeout_while(state, slice, |s| s.result.is_none())
-                    .unwrap_or_else(|p| p.into_inner());
-                Ok(state.result.is_some())
-            })?;
-            if finished {
-                return self.answer().expect("answered");
+        crate::errors::guard(|| {
+            let deadline = match timeout {
+                Some(t) if t.is_nan() => {
+                    return Err(crate::errors::invalid(format!(
+                        "timeout is {t}; it must be a number of seconds or None"
+                    )));
+                }
+                // Too far to represent (inf, 1e300): the same as no deadline.
+                Some(t) => Duration::try_from_secs_f64(t.max(0.0)).ok().and_then(|d| Instant::now().checked_add(d)),
+                None => None,
+            };
+            if let Some(answer) = self.answer() {
+                return answer;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(pyo3::exceptions::PyTimeoutError::new_err("the append was not answered within the timeout"));
+            loop {
+                let task = &self.task;
+                detached(py, || {
+                    let state = lock(&task.state);
+                    let slice = Duration::from_millis(100);
+                    let _answered = task
+                        .done
+                        .wait_timeout_while(state, slice, |s| s.result.is_none())
+                        .unwrap_or_else(|p| p.into_inner());
+                    Ok(())
+                })?;
+                if let Some(answer) = self.answer() {
+                    return answer;
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(pyo3::exceptions::PyTimeoutError::new_err(
+                        "the append was not answered within the timeout",
+                    ));
+                }
             }
-        }
+        })
     }
 
     fn __repr__(&self) -> String {

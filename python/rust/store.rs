@@ -1,13 +1,17 @@
 //! `Store`: the front door. One `Store` may be shared by many threads; every call that can
 //! block (fsync, recovery, joining the writer) runs with the interpreter released.
 
+use std::ffi::CString;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use lapilli_core as core;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyResourceWarning, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::blocking::detached;
+use crate::errors::guard;
 use crate::convert::{self, type_name};
 use crate::pending::PendingAppend;
 use crate::read::ReadResult;
@@ -19,6 +23,44 @@ use crate::values::{AppendCondition, AppendResult, Event, query_arg};
 #[pyclass(frozen, module = "lapilli")]
 pub struct Store {
     inner: core::Store,
+    /// Set by `close()`: a store dropped without it warns (`ResourceWarning`), as an unclosed
+    /// file or sqlite3 connection does.
+    closed: AtomicBool,
+}
+
+impl Store {
+    fn new(inner: core::Store) -> Self {
+        Store { inner, closed: AtomicBool::new(false) }
+    }
+}
+
+impl Drop for Store {
+    /// The last reference went without `close()`: warn, then close with the interpreter
+    /// released (closing joins the writer and fsyncs; the engine's own drop would do that while
+    /// this thread holds the interpreter, stopping every other Python thread meanwhile).
+    fn drop(&mut self) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let inner = &self.inner;
+        // `try_attach`: nothing to warn through once the interpreter is finalizing.
+        let attached = Python::try_attach(|py| {
+            let message = format!(
+                "unclosed lapilli.Store({:?}): close it, or open it with `with Store.open(...) as store:`",
+                inner.path().display().to_string()
+            );
+            let warned = CString::new(message)
+                .map_err(|e| PyValueError::new_err(e.to_string()))
+                .and_then(|m| PyErr::warn(py, py.get_type::<PyResourceWarning>().as_any(), &m, 1));
+            if let Err(e) = warned {
+                e.write_unraisable(py, None);
+            }
+            let _ = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.close())));
+        });
+        if attached.is_none() {
+            let _ = catch_unwind(AssertUnwindSafe(|| inner.close()));
+        }
+    }
 }
 
 fn path_arg(path: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
@@ -95,7 +137,7 @@ impl Store {
             options.max_event_bytes = usize::try_from(max).unwrap_or(usize::MAX);
         }
         let inner = detached(py, move || core::Store::open(path, options))?;
-        Ok(Store { inner })
+        Ok(Store::new(inner))
     }
 
     /// A read-only handle (a follower) on a store another process may be writing: it never
@@ -105,7 +147,7 @@ impl Store {
     fn open_read_only(py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Store> {
         let path = path_arg(path)?;
         let inner = detached(py, move || core::Store::open_read_only(path))?;
-        Ok(Store { inner })
+        Ok(Store::new(inner))
     }
 
     /// The store's directory.
@@ -116,7 +158,7 @@ impl Store {
 
     /// The position of the last committed event (0 for an empty store).
     fn head(&self) -> PyResult<u64> {
-        self.inner.head().map(|p| p.get()).map_err(crate::errors::to_py)
+        guard(|| self.inner.head().map(|p| p.get()).map_err(crate::errors::to_py))
     }
 
     /// Appends `events` atomically at consecutive positions if `condition` holds, and returns
@@ -129,7 +171,7 @@ impl Store {
         events: &Bound<'_, PyAny>,
         condition: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AppendResult> {
-        let events = events_arg(events)?;
+        let events = guard(|| events_arg(events))?;
         let condition = condition_arg(condition)?;
         let store = &self.inner;
         detached(py, move || store.append(events, condition)).map(AppendResult::from)
@@ -144,7 +186,7 @@ impl Store {
         events: &Bound<'_, PyAny>,
         condition: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PendingAppend> {
-        let events = events_arg(events)?;
+        let events = guard(|| events_arg(events))?;
         let condition = condition_arg(condition)?;
         let store = &self.inner;
         let pending = detached(py, move || Ok(store.submit(events, condition)))?;
@@ -180,7 +222,7 @@ impl Store {
                 _ => false,
             },
         };
-        let inner = self.inner.read(&query, options).map_err(crate::errors::to_py)?;
+        let inner = guard(|| self.inner.read(&query, options).map_err(crate::errors::to_py))?;
         Ok(ReadResult::new(inner))
     }
 
@@ -191,13 +233,15 @@ impl Store {
     fn subscribe(&self, query: &Bound<'_, PyAny>, after: Option<&Bound<'_, PyAny>>) -> PyResult<Subscription> {
         let query = query_arg(query, "query")?;
         let after = convert::optional_position(after, "after")?.unwrap_or(0);
-        let inner = self.inner.subscribe(&query, core::Position(after)).map_err(crate::errors::to_py)?;
+        let inner = guard(|| self.inner.subscribe(&query, core::Position(after)).map_err(crate::errors::to_py))?;
         Ok(Subscription::new(inner, after))
     }
 
     /// Answers every queued append, flushes, ends every subscription and releases the lock.
     /// Closing twice is fine.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        // Marked first: whatever close answers, the store is released and must not warn later.
+        self.closed.store(true, Ordering::Release);
         let store = &self.inner;
         detached(py, move || store.close())
     }

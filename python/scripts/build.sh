@@ -15,7 +15,7 @@ fi
 
 # Pinned tools; pip skips what is already installed at these versions, so a second run is quick.
 REQS=(maturin==1.16.0 pytest==9.2.0 pyarrow==26.0.1 pandas==3.1.1 polars==2.1.0 mypy==2.4.1
-      nbclient==0.11.0 nbformat==5.11.1 ipykernel==7.4.0 matplotlib==3.11.2)
+      nbclient==0.11.0 nbformat==5.11.1 ipykernel==7.4.0 matplotlib==3.11.2 duckdb==2.0.1)
 STAMP="$VENV/.lapilli-reqs"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "${REQS[*]}" ]; then
     "$PY" -m pip install --quiet --upgrade pip

@@ -1,9 +1,20 @@
 import asyncio
 import time
+import warnings
 
 import pytest
 
-from lapilli import AppendCondition, ConflictError, Event, InvalidArgumentError, Query, StoreClosedError
+from lapilli import (
+    AlreadyExistsError,
+    AppendCondition,
+    ConflictError,
+    Event,
+    InvalidArgumentError,
+    Query,
+    ReadOnlyError,
+    StoreClosedError,
+    StoreLockedError,
+)
 from lapilli import aio
 
 
@@ -165,5 +176,131 @@ def test_async_read_pins_head_at_the_call_and_raises_bad_input_there(tmp_path):
                 store.read("all")  # type: ignore[arg-type]
             assert (await store.read(Query.all())).head == 2
             assert store.read(Query.all()).sync.to_arrow().num_rows == 2
+
+    run(main())
+
+
+def test_open_is_awaitable_and_an_async_context_manager(tmp_path):
+    async def main():
+        async with aio.Store.open(tmp_path / "s", durability="buffered") as store:
+            assert isinstance(store, aio.Store)
+            await store.append([Event("A")])
+        with pytest.raises(StoreClosedError):
+            store.head()
+        store = await aio.Store.open(tmp_path / "s")
+        assert store.head() == 1
+        await store.aclose()
+        await store.aclose()  # twice is fine
+        # The older spelling still reads naturally: entering an open store closes it on exit.
+        async with await aio.Store.open(tmp_path / "s") as store:
+            assert store.head() == 1
+        with pytest.raises(StoreClosedError):
+            store.head()
+
+    run(main())
+
+
+def test_open_read_only_follows_a_writer(tmp_path):
+    async def main():
+        async with aio.Store.open(tmp_path / "s", durability="buffered") as writer:
+            await writer.append([Event("A"), Event("B")])
+            async with aio.Store.open_read_only(tmp_path / "s") as reader:
+                assert [e.type async for e in reader.read(Query.all())] == ["A", "B"]
+                with pytest.raises(ReadOnlyError):
+                    await reader.append([Event("C")])
+            follower = await aio.Store.open_read_only(tmp_path / "s")
+            await follower.aclose()
+            assert writer.head() == 2
+
+    run(main())
+
+
+def test_a_bad_open_raises_where_it_is_awaited(tmp_path):
+    async def main():
+        with pytest.raises(InvalidArgumentError, match="nope"):
+            await aio.Store.open(tmp_path / "s", durability="nope")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="nope"):
+            async with aio.Store.open(tmp_path / "s", durability="nope"):  # type: ignore[arg-type]
+                pass
+        async with aio.Store.open(tmp_path / "s"):
+            with pytest.raises(StoreLockedError):
+                await aio.Store.open(tmp_path / "s")
+
+    run(main())
+
+
+def test_a_cancelled_append_still_commits_and_the_existence_clause_makes_the_retry_safe(tmp_path):
+    """The documented rule: cancelling `await store.append(...)` cancels the wait; the events
+    were handed to the writer when the coroutine started and commit regardless. A retry guarded
+    by `fail_if_exists` on the append's own key tells "it committed" from "do it again"."""
+
+    async def main():
+        async with aio.Store.open(tmp_path / "s") as store:  # fsync: the commit takes a while
+            key = Query.for_tags("payment:p1")
+            guarded = AppendCondition(Query.for_tags("order:o1"), after=0, fail_if_exists=key)
+            paid = [Event("PaymentTaken", ["order:o1", "payment:p1"])]
+
+            task = asyncio.create_task(store.append(paid, guarded))
+            await asyncio.sleep(0)  # the coroutine starts: the append is submitted
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Appends commit in submission order: once a later one is answered, the cancelled
+            # one has been answered too.
+            await store.append([Event("Later")])
+            assert [e.type for e in await store.read(Query.all()).to_list()] == ["PaymentTaken", "Later"]
+
+            # The retry decides again (a fresh `after`); the existence clause finds the payment.
+            decided = await store.read(Query.for_tags("order:o1"))
+            retry = AppendCondition(Query.for_tags("order:o1"), after=decided.head, fail_if_exists=key)
+            with pytest.raises(AlreadyExistsError) as retried:
+                await store.append(paid, retry)
+            assert retried.value.position == 1
+            assert store.head() == 2
+
+            # Cancelled before the coroutine ever ran: nothing was submitted.
+            never_started = asyncio.create_task(store.append([Event("Never")]))
+            never_started.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await never_started
+            await store.append([Event("Check")])
+            assert store.head() == 3
+
+    run(main())
+
+
+def test_a_cancelled_open_leaves_no_store_open(tmp_path):
+    async def main():
+        opening = asyncio.create_task(_open(tmp_path / "s"))
+        await asyncio.sleep(0)
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        # The abandoned store is closed once it has opened: the lock comes free.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                store = await aio.Store.open(tmp_path / "s")
+                break
+            except StoreLockedError:
+                assert time.monotonic() < deadline, "the abandoned store kept its lock"
+                await asyncio.sleep(0.01)
+        await store.aclose()
+
+    async def _open(path):
+        return await aio.Store.open(path)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # closed explicitly, not by the GC
+        run(main())
+
+
+def test_async_subscription_aclose(tmp_path):
+    async def main():
+        async with aio.Store.open(tmp_path / "s", durability="buffered") as store:
+            sub = store.subscribe(Query.all())
+            await sub.aclose()
+            assert sub.closed
+            assert await sub.next(timeout=1) is None
 
     run(main())

@@ -6,14 +6,15 @@ import textwrap
 import pyarrow as pa
 import pytest
 
-from lapilli import Event, Query, Store
+import lapilli
+from lapilli import Event, LapilliError, Query, Store
 
 SCHEMA = pa.schema(
     [
         pa.field("position", pa.uint64(), nullable=False),
-        pa.field("type", pa.string(), nullable=False),
+        pa.field("type", pa.dictionary(pa.int32(), pa.string()), nullable=False),
         pa.field("tags", pa.list_(pa.field("item", pa.string(), nullable=False)), nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
+        pa.field("data", pa.large_binary(), nullable=False),
         pa.field("recorded_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
@@ -128,3 +129,139 @@ def test_missing_extra_names_it(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_type_is_dictionary_encoded_per_batch(store):
+    reader = store.read(Query.all()).to_arrow_batches(batch_rows=40)
+    for batch in reader:
+        types = batch.column("type")
+        assert pa.types.is_dictionary(types.type)
+        # The dictionary holds each type once: T0, T1, T2 and Empty.
+        assert sorted(types.dictionary.to_pylist()) == ["Empty", "T0", "T1", "T2"]
+
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def batch_budget_4mib():
+    previous = lapilli._lapilli._set_arrow_batch_bytes(4 * MIB)
+    yield 4 * MIB
+    lapilli._lapilli._set_arrow_batch_bytes(previous)
+
+
+def test_a_batch_never_passes_its_byte_budget(tmp_path, batch_budget_4mib):
+    """The issue's abort (three 700 MiB events in one batch passed 2 GiB of binary offsets),
+    scaled down: events of a few MiB against a budget of 4 MiB. The budget is checked per
+    event, so a batch ends before the event that would pass it; an event larger than the
+    budget comes alone."""
+    with Store.open(tmp_path / "s", durability="buffered") as store:
+        sizes = [3 * MIB, 2 * MIB, 1 * MIB, 5 * MIB, 100, 100, 3 * MIB, 2 * MIB]
+        store.append([Event("Big", [f"n:{i}"], bytes([i]) * size) for i, size in enumerate(sizes)])
+        batches = list(store.read(Query.all()).to_arrow_batches())
+        shapes = [[len(d) for d in b.column("data").to_pylist()] for b in batches]
+        assert shapes == [[3 * MIB], [2 * MIB, 1 * MIB], [5 * MIB], [100, 100, 3 * MIB], [2 * MIB]]
+        for batch in batches:
+            assert batch.num_rows == 1 or batch.column("data").nbytes <= batch_budget_4mib + 8 * 16
+        table = store.read(Query.all()).to_arrow()
+        assert table.column("data").to_pylist() == [bytes([i]) * s for i, s in enumerate(sizes)]
+        assert table.column("position").to_pylist() == list(range(1, 9))
+        # An event held back at a batch boundary is not lost by a consumer switching over.
+        result = store.read(Query.all())
+        first = next(iter(result.to_arrow_batches()))
+        assert first.num_rows == 1
+        assert [e.position for e in result] == list(range(2, 9))
+
+
+def test_the_byte_budget_knob_checks_its_value():
+    with pytest.raises(lapilli.InvalidArgumentError, match="0"):
+        lapilli._lapilli._set_arrow_batch_bytes(0)
+
+
+def test_a_panic_inside_the_arrow_stream_is_an_exception_not_an_abort(tmp_path):
+    """The stream's callbacks are `extern "C"`: a panic unwinding out of one aborts the
+    process. Run in a child so an abort fails this test instead of killing the suite."""
+    script = textwrap.dedent(
+        f"""
+        import pyarrow
+        import lapilli
+        from lapilli import Store, Query, Event
+        with Store.open({str(tmp_path / 's')!r}, durability="buffered") as store:
+            store.append([Event("A")])
+            lapilli._lapilli._panic_for_test("arrow")
+            try:
+                store.read(Query.all()).to_arrow()
+            except Exception as e:
+                assert "internal error in lapilli" in str(e), repr(e)
+            else:
+                raise SystemExit("no exception")
+            assert store.read(Query.all()).to_arrow().num_rows == 1
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_duckdb_queries_a_read_result_through_the_stream_capsule(store):
+    duckdb = pytest.importorskip("duckdb")
+    r = store.read(Query.all())
+    got = duckdb.sql("select type, count(*) as n from r group by 1 order by 1").fetchall()
+    assert got == [("Empty", 50), ("T0", 17), ("T1", 17), ("T2", 16)]
+    r = store.read(Query.for_tags("all"), after=90)
+    expected = sum(len(e.data) for e in store.read(Query.for_tags("all"), after=90))
+    assert duckdb.sql("select max(position), sum(octet_length(data)) from r").fetchall() == [(99, expected)]
+
+
+STREAM_SCRIPT = """
+import sys
+import pyarrow.compute as pc
+from lapilli import Query, Store
+
+def anon_rss():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise SystemExit("no RssAnon")
+
+with Store.open_read_only(sys.argv[1]) as store:
+    how = sys.argv[2]
+    start = peak = anon_rss()
+    rows = nbytes = 0
+    if how == "batches":
+        for batch in store.read(Query.all()).to_arrow_batches(batch_rows=2):
+            rows += batch.num_rows
+            nbytes += pc.sum(pc.binary_length(batch.column("data"))).as_py()
+            peak = max(peak, anon_rss())
+            del batch
+    else:
+        table = store.read(Query.all()).to_arrow()
+        rows, nbytes = table.num_rows, pc.sum(pc.binary_length(table.column("data"))).as_py()
+        peak = anon_rss()
+    print(rows, nbytes, peak - start)
+"""
+
+
+def test_to_arrow_batches_streams_in_bounded_memory(tmp_path):
+    """A store many times one batch, streamed: the process's anonymous memory (the segments
+    are file mappings, not counted) grows by a few batches, not by the store; `to_arrow()`
+    of the same store, the control, grows by all of it."""
+    path = tmp_path / "s"
+    events, size = 40, 4 * MIB
+    with Store.open(path, durability="buffered") as store:
+        for i in range(events):
+            store.append([Event("Blob", [f"n:{i}"], bytes([i]) * size)])
+    runs = {}
+    for how in ("batches", "table"):
+        out = subprocess.run(
+            [sys.executable, "-c", STREAM_SCRIPT, str(path), how], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        rows, nbytes, growth = map(int, out.stdout.split())
+        assert (rows, nbytes) == (events, events * size)
+        runs[how] = growth
+    store_bytes = events * size
+    assert runs["table"] > store_bytes * 0.9, runs
+    assert runs["batches"] < store_bytes / 4, runs

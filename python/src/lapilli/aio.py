@@ -3,7 +3,7 @@
     from lapilli import Event, Query
     from lapilli.aio import Store
 
-    async with await Store.open(path) as store:
+    async with Store.open(path) as store:          # or: store = await Store.open(path)
         await store.append([Event(type="Registered", tags=["student:s1"])])
         async for event in store.read(Query.for_tags("student:s1")):
             ...
@@ -14,6 +14,14 @@ Nothing blocks the event loop: appends are handed to the store's writer without 
 (`Store.submit`) and their answers come back to the loop through `call_soon_threadsafe`, so many
 concurrent appends share one group commit and one fsync; opening, closing, reads and waits for
 subscriptions run on worker threads.
+
+Cancelling an append cancels the wait, not the append. Once the `append` coroutine has started
+(at once, for `await store.append(...)`), its events are with the store's writer: they commit,
+or are refused, whether anyone still waits or not. A cancelled or timed-out append may therefore
+have committed. Retry it safely by making it idempotent with the condition's existence clause:
+tag the events with a key unique to the intended append and append with
+`AppendCondition(..., fail_if_exists=Query.for_tags(key))`; on the retry, `AlreadyExistsError`
+means the first attempt committed (its `.position` says where).
 """
 
 from __future__ import annotations
@@ -21,9 +29,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from lapilli._lapilli import AppendCondition, AppendResult, Event, PendingAppend, Query
 from lapilli._lapilli import ReadResult as _ReadResult
@@ -31,7 +39,7 @@ from lapilli._lapilli import SequencedEvent
 from lapilli._lapilli import Store as _Store
 from lapilli._lapilli import Subscription as _Subscription
 
-__all__ = ["AsyncReadResult", "AsyncSubscription", "Store"]
+__all__ = ["AsyncReadResult", "AsyncSubscription", "Opening", "Store"]
 
 #: Events fetched per worker-thread hop when iterating reads and subscriptions.
 BATCH = 1024
@@ -53,26 +61,32 @@ class Store:
         self._store = store
 
     @classmethod
-    async def open(
+    def open(
         cls,
         path: Union[str, os.PathLike[str]],
         *,
-        durability: str = "fsync",
+        durability: Literal["fsync", "buffered"] = "fsync",
         segment_size: Optional[int] = None,
         max_event_bytes: Optional[int] = None,
-    ) -> Store:
-        """Opens (creating if missing) the store in `path`; recovery runs off the event loop."""
-        loop = asyncio.get_running_loop()
-        store = await loop.run_in_executor(
-            None,
+    ) -> Opening:
+        """Opens (creating if missing) the store in `path`, like `lapilli.Store.open`; recovery
+        runs off the event loop. Await the result for the store (`store = await
+        Store.open(path)`), or enter it (`async with Store.open(path) as store:`, which closes
+        the store on the way out)."""
+        return Opening(
             lambda: _Store.open(
                 path,
                 durability=durability,
                 segment_size=segment_size,
                 max_event_bytes=max_event_bytes,
-            ),
+            )
         )
-        return cls(store)
+
+    @classmethod
+    def open_read_only(cls, path: Union[str, os.PathLike[str]]) -> Opening:
+        """A read-only handle (a follower) on a store another process may be writing, like
+        `lapilli.Store.open_read_only`: await it, or `async with` it."""
+        return Opening(lambda: _Store.open_read_only(path))
 
     @property
     def sync(self) -> _Store:
@@ -86,7 +100,12 @@ class Store:
     async def append(
         self, events: Iterable[Event], condition: Optional[AppendCondition] = None
     ) -> AppendResult:
-        """Appends like `lapilli.Store.append`, without blocking the loop while it commits."""
+        """Appends like `lapilli.Store.append`, without blocking the loop while it commits.
+
+        Bad input raises at once. Cancelling the awaiting task cancels the wait, not the
+        append: the events were handed to the writer when this coroutine started, and commit
+        (or are refused) regardless. See the module's docstring for idempotent retries with
+        `fail_if_exists`."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[AppendResult] = loop.create_future()
         pending = self._store.submit(events, condition)
@@ -120,11 +139,18 @@ class Store:
         """Every event matching `query` after `after`, history then live: `async for` it."""
         return AsyncSubscription(self._store.subscribe(query, after=after))
 
-    async def close(self) -> None:
-        """Closes the store (flushes; ends subscriptions) off the event loop."""
+    async def aclose(self) -> None:
+        """Closes the store (answers queued appends, flushes, ends subscriptions, releases the
+        lock) off the event loop. Closing twice is fine."""
         await asyncio.get_running_loop().run_in_executor(None, self._store.close)
 
+    async def close(self) -> None:
+        """The same as `aclose()`."""
+        await self.aclose()
+
     async def __aenter__(self) -> Store:
+        """`async with await Store.open(path) as store:` also works: entering an open store
+        returns it, leaving closes it."""
         return self
 
     async def __aexit__(
@@ -133,10 +159,54 @@ class Store:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        await self.close()
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"aio.{self._store!r}"
+
+
+def _close_abandoned(opened: asyncio.Future[_Store]) -> None:
+    """Closes a store whose opener was cancelled while it opened (off the loop)."""
+    if opened.cancelled() or opened.exception() is not None:
+        return
+    asyncio.get_running_loop().run_in_executor(None, opened.result().close)
+
+
+class Opening:
+    """A store being opened: what `Store.open` and `Store.open_read_only` return. Await it for
+    the `Store`, or use it in `async with`, which opens the store on entry and closes it on
+    exit. Opening runs on a worker thread; if the awaiting task is cancelled meanwhile, the
+    store is closed as soon as it has opened, so its lock is not left held."""
+
+    def __init__(self, opener: Callable[[], _Store]) -> None:
+        self._opener = opener
+        self._store: Optional[Store] = None
+
+    async def _open(self) -> Store:
+        opened = asyncio.get_running_loop().run_in_executor(None, self._opener)
+        try:
+            return Store(await asyncio.shield(opened))
+        except asyncio.CancelledError:
+            opened.add_done_callback(_close_abandoned)
+            raise
+
+    def __await__(self) -> Generator[Any, None, Store]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Store:
+        if self._store is not None:
+            raise RuntimeError("this Opening was entered already; call Store.open again")
+        self._store = await self._open()
+        return self._store
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._store is not None:
+            await self._store.aclose()
 
 
 class AsyncReadResult:
@@ -228,6 +298,7 @@ class AsyncSubscription:
 
     @property
     def closed(self) -> bool:
+        """True once the subscription or its store was closed."""
         return self._sub.closed
 
     async def _fill(self, timeout: Optional[float]) -> bool:
@@ -235,6 +306,10 @@ class AsyncSubscription:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not self._buffer and not self._ended:
+            if self._inflight is None and self._sub.closed:
+                # Closed with nothing in flight: ended (the worker thread is gone with it).
+                self._ended = True
+                break
             if self._inflight is None or self._inflight.cancelled():
                 wait = self.SLICE if deadline is None else max(0.0, min(self.SLICE, deadline - loop.time()))
                 self._inflight = self._executor.submit(self._sub.next_batch, BATCH, wait)
@@ -283,6 +358,10 @@ class AsyncSubscription:
         """Ends the subscription; a pending wait wakes and ends. Safe to call twice."""
         self._sub.close()
         self._executor.shutdown(wait=False)
+
+    async def aclose(self) -> None:
+        """The same as `close()`, as an awaitable (the async-iterator convention)."""
+        self.close()
 
     async def __aenter__(self) -> AsyncSubscription:
         return self
