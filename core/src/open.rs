@@ -389,6 +389,10 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
             .map_err(|e| Error::io(format_args!("cannot open {}", path.display()), &e))
     };
     let mut file = open(&path)?;
+    // Pages cached from before a failed fsync may not be on disk: drop them before anything
+    // reads the file, so what open reads is what the disk holds. (Dropping keeps pages that are
+    // mapped, and the partial first page of a range, so it comes first and covers the file.)
+    drop_cached_pages(&file, 0);
     let mut log = FileBytes::map(&path, &file)?;
     let header_crc = match check_header(&log, base, &path) {
         Ok(crc) => crc,
@@ -412,11 +416,8 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     // The parts of the active segment whose index files were written: their bytes were durable
     // before their files were, so only what follows them is scanned.
     let found_parts = parts.remove(&base).unwrap_or_default();
-    let accepted = accept_parts(&log, base, &path, header_crc, found_parts);
+    let mut accepted = accept_parts(&log, base, &path, header_crc, found_parts);
     let start = accepted.resume;
-    // Pages of what follows may be cached from before a failed fsync, and not be on disk:
-    // drop them, so the scan reads what the disk holds.
-    drop_cached_pages(&file, start.offset as u64);
     let scan = scan_records(&log, start);
     report.scanned_log_bytes += (scan.end.offset - start.offset) as u64
         + match &scan.tail {
@@ -452,8 +453,23 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         grow_empty_segment(&file, &path, options.segment_size)?;
         log = Arc::new(FileBytes::map(&path, &file)?);
     }
-    let tail = Arc::new(TailIndex::new());
-    index_scanned(&tail, &log, start.next_position, 0, &scan.event_offsets)?;
+    // A last part shorter than `part_bytes` (the close writes whatever the last part holds) is
+    // carried on by the writer rather than left as a file of its own: else every session of a
+    // store opened and closed often would leave a small part behind. Its events go back into the
+    // tail index from its index file, so the open still reads no log byte before `start`.
+    let (tail, part_start) = match accepted.parts.last() {
+        Some(part) if part.log_end - (part.log_start() as u64) < options.part_bytes => {
+            let part = accepted.parts.pop().expect("just seen");
+            let tail = TailIndex::from_index(part.verified()?)?;
+            index_scanned(&tail, &log, part.base, part.count as u32, &scan.event_offsets)?;
+            (Arc::new(tail), (part.base, part.log_start()))
+        }
+        _ => {
+            let tail = TailIndex::new();
+            index_scanned(&tail, &log, start.next_position, 0, &scan.event_offsets)?;
+            (Arc::new(tail), (start.next_position, start.offset))
+        }
+    };
     let mut entries = sealed.into_entries(&mut report)?;
     for leftover in leftover_temporaries.into_iter().chain(accepted.rejected).chain(parts.into_values().flatten().map(|(_, p)| p)) {
         // One this open wrote and renamed is gone already; one that cannot be removed (a
@@ -469,7 +485,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         })
         .collect();
     entries.extend(part_entries.iter().cloned());
-    let entry = Arc::new(SegmentEntry::loaded(start.next_position, path.clone(), log, SegmentIndex::Tail(tail.clone())));
+    let entry = Arc::new(SegmentEntry::loaded(part_start.0, path.clone(), log, SegmentIndex::Tail(tail.clone())));
     entries.push(entry.clone());
     published.add_segments(entries);
     report.segments = count;
@@ -479,7 +495,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         entry,
         tail,
         parts: part_entries,
-        part_start: start.offset,
+        part_start: part_start.1,
         report,
         last_recorded_at,
     })

@@ -583,3 +583,46 @@ fn close_after_a_poisoning_write_error_still_syncs_or_reports() {
         "close answered Ok without syncing the appends it acknowledged before the poisoning write error"
     );
 }
+
+fn part_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "part")).count()
+}
+
+/// With `buffered` durability a part's bytes are fsynced before its index file is written; if
+/// that fsync fails, no part file describes them, the writer is poisoned, close reports the
+/// failure, and the next open scans them from the log instead of trusting a part.
+/// (From the review of the parts change.)
+#[test]
+fn a_failed_part_fsync_writes_no_part_file_and_poisons_the_writer() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { durability: Durability::Buffered, segment_size: 1 << 20, part_bytes: 4096, ..Options::default() };
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    let event = |i: u64| Event::new("T", [format!("e:{i}")], vec![7u8; 100]);
+    let mut i = 0;
+    while part_files(dir.path()) < 2 {
+        store.append(vec![event(i)], None).unwrap();
+        i += 1;
+        store.wait_for_sealing();
+    }
+    let parts_before = part_files(dir.path());
+    fault::arm("part.fsync", Fault::Errno(libc_eio()), 0);
+    let err = loop {
+        match store.append(vec![event(i)], None) {
+            Ok(_) => i += 1,
+            Err(err) => break err,
+        }
+        assert!(i < 10_000, "the part fsync was never reached");
+    };
+    fault::disarm_all();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert!(err.message().contains("reopen"), "{err}");
+    store.wait_for_sealing();
+    assert_eq!(part_files(dir.path()), parts_before, "no part file for bytes whose fsync failed");
+    assert!(store.close().is_err(), "buffered appends acknowledged since the last good fsync may be lost");
+    assert_eq!(part_files(dir.path()), parts_before, "nor one written by the close");
+    let store = Store::open(dir.path(), options).unwrap();
+    assert!(store.recovery().scanned_log_bytes >= 4096, "{:?}", store.recovery());
+    assert_eq!(store.head().unwrap().get(), i, "(the fault is injected; the page cache holds the bytes)");
+    store.close().unwrap();
+}

@@ -546,7 +546,7 @@ impl IndexFile {
     }
 
     /// Like [`IndexFile::open`], for the index file of a part of a segment (see
-    /// `index::part`): the events of the log at `log_path` from byte `log_start` on.
+    /// `index::seal`): the events of the log at `log_path` from byte `log_start` on.
     pub fn open_part(path: &Path, base: u64, log_path: &Path, log_start: usize) -> Result<IndexFile> {
         let failed = |e: &std::io::Error| Error::io(format_args!("cannot read {}", path.display()), e);
         let file = File::open(path).map_err(|e| failed(&e))?;
@@ -634,6 +634,11 @@ impl IndexFile {
         let header = Header::parse(&bytes, self.base)?;
         let rebuilt = IndexFile::unverified(&self.path, self.base, header, &self.log_path, self.log_start);
         rebuilt.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))
+    }
+
+    /// The byte of its log where its events start.
+    pub fn log_start(&self) -> usize {
+        self.log_start
     }
 
     /// Tag-dictionary lookups this index has answered (none before its first use).
@@ -796,6 +801,21 @@ impl VerifiedIndex {
             }
         };
         Ok(Postings::List(list))
+    }
+
+    /// Every tag with its postings, in byte order, and every type id with its name: what a tail
+    /// index needs to take this index's events over (see `TailIndex::from_index`).
+    pub fn each_tag(&self, mut visit: impl FnMut(&[u8], Postings)) -> Result<()> {
+        use fst::Streamer;
+        let mut stream = self.fst.stream();
+        while let Some((tag, value)) = stream.next() {
+            visit(tag, self.postings_of_value(value, tag)?);
+        }
+        Ok(())
+    }
+
+    pub fn type_names(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.type_ids.iter().map(|(name, &id)| (&**name, id))
     }
 
     /// Every tag of the dictionary, in byte order (for fuzzing and inspection).

@@ -17,6 +17,8 @@ use arc_swap::ArcSwapOption;
 
 use crate::event::EventView;
 use crate::index::chunked::{ChunkedU32, ChunkedU64};
+use crate::error::Result;
+use crate::index::file::VerifiedIndex;
 use crate::index::postings::SortedList;
 
 /// The relative positions of one tag's events in the segment, ascending.
@@ -50,6 +52,42 @@ impl TailIndex {
             next_type_id: AtomicU32::new(0),
             tags: papaya::HashMap::new(),
         }
+    }
+
+    /// A tail index holding the events of `index` (a part of the active segment that open
+    /// gives back to the writer to carry on), built from the index alone: no log byte is read.
+    pub fn from_index(index: &VerifiedIndex) -> Result<TailIndex> {
+        let tail = TailIndex::new();
+        let mut next_type_id = 0;
+        {
+            let type_ids = tail.type_ids.pin();
+            for (name, id) in index.type_names() {
+                type_ids.insert(name.into(), id);
+                next_type_id = next_type_id.max(id + 1);
+            }
+        }
+        tail.next_type_id.store(next_type_id, Ordering::Relaxed);
+        for rel in 0..index.count() as u32 {
+            tail.offsets.set(rel as usize, index.offset(rel));
+            tail.types.set(rel as usize, index.type_at(rel));
+        }
+        let last = (index.count() as u32).saturating_sub(1);
+        let tags = tail.tags.pin();
+        index.each_tag(|tag, postings| {
+            let Ok(tag) = std::str::from_utf8(tag) else { return };
+            let mut from = 0;
+            while let Some(rel) = postings.first_in(from, last) {
+                match tags.get(tag) {
+                    Some(list) => list.push(rel),
+                    None => {
+                        tags.insert(tag.into(), TagPostings { count: AtomicU32::new(1), first: rel, all: ArcSwapOption::empty() });
+                    }
+                }
+                from = rel + 1;
+            }
+        })?;
+        drop(tags);
+        Ok(tail)
     }
 
     /// Indexes the event at relative position `rel` (writer only, in position order, before the

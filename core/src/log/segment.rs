@@ -105,7 +105,8 @@ fn is_resident(map: &Mmap, offset: usize) -> bool {
 /// needs its bytes, so open touches no sealed log.
 pub struct SegmentLog {
     path: PathBuf,
-    /// Shared by the entries of one segment's parts (see `index::part`): one mapping each.
+    /// Shared by the entries of one segment's parts (see `index::seal`): one mapping
+    /// for them all.
     bytes: OnceLock<Arc<FileBytes>>,
 }
 

@@ -113,14 +113,14 @@ impl Published {
     pub fn replace_parts(&self, parts: &[Arc<SegmentEntry>], new: Arc<SegmentEntry>) {
         let _changing = self.list_changes.lock().unwrap_or_else(|p| p.into_inner());
         let current = self.segments.load();
-        let mut list = Vec::with_capacity(current.len() + 1 - parts.len());
-        for entry in current.iter() {
-            if Arc::ptr_eq(entry, &parts[0]) {
-                list.push(new.clone());
-            } else if !parts.iter().any(|p| Arc::ptr_eq(p, entry)) {
-                list.push(entry.clone());
-            }
-        }
+        // The parts are consecutive: one search, one splice, whatever their number.
+        let Some(first) = current.iter().position(|entry| Arc::ptr_eq(entry, &parts[0])) else { return };
+        let end = (first + parts.len()).min(current.len());
+        debug_assert!(current[first..end].iter().zip(parts).all(|(a, b)| Arc::ptr_eq(a, b)));
+        let mut list = Vec::with_capacity(current.len() + 1 - (end - first));
+        list.extend_from_slice(&current[..first]);
+        list.push(new);
+        list.extend_from_slice(&current[end..]);
         self.segments.store(Arc::new(list));
     }
 
