@@ -54,6 +54,9 @@ class ReadResult internal constructor(
         }
     }
 
+    /** This result as an `Iterable` (iterable once), for Java's for-each. */
+    fun asIterable(): Iterable<SequencedEvent> = Iterable { iterator() }
+
     override fun close() {
         if (handle.release()) ffi.close()
     }
