@@ -237,3 +237,18 @@ fn a_blocking_wait_inside_a_callback_completes() {
     });
     assert_eq!(rx.recv_timeout(PATIENCE).unwrap().unwrap(), 2);
 }
+
+#[test]
+fn a_second_registration_calls_the_first_so_no_waiter_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir);
+    let sub = store.subscribe(&Query::for_tags(["a:1"]), Position::ZERO).unwrap();
+    let (tx, rx) = channel();
+    let first = tx.clone();
+    sub.on_ready(move || first.send("first").unwrap());
+    sub.on_ready(move || tx.send("second").unwrap());
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), "first", "replaced: called to check again");
+    assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "the second waits for a commit");
+    store.append(event("a:1"), None).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), "second");
+}

@@ -270,11 +270,6 @@ impl BatchBuilder {
         self.push_parts(view.position, view.recorded_at, view.event_type, view.tags(), view.tag_count(), view.data);
     }
 
-    fn push_owned(&mut self, event: &core::SequencedEvent) {
-        let tags = event.tags.iter().map(String::as_str);
-        self.push_parts(event.position, event.recorded_at, &event.event_type, tags, event.tags.len(), &event.data);
-    }
-
     fn push_parts<'t>(
         &mut self,
         position: core::Position,
@@ -517,10 +512,24 @@ impl FfiSubscription {
         let timeout = timeout_ms
             .map(Duration::from_millis)
             .filter(|t| std::time::Instant::now().checked_add(*t).is_some());
-        let Some(events) = self.inner.next_batch(max as usize, timeout)? else { return Ok(None) };
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        // Packed straight from the log (no owned copy of each event), waiting between passes on
+        // the core's wake-up, the same one `try_next_batch_or_arm` uses.
         let mut batch = BatchBuilder::new();
-        for event in &events {
-            batch.push_owned(event);
+        loop {
+            let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(None) };
+            let now = std::time::Instant::now();
+            if seen > 0 || deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            let (ready, woken) = std::sync::mpsc::sync_channel(1);
+            self.inner.on_ready(move || {
+                let _ = ready.try_send(());
+            });
+            let _ = match deadline {
+                Some(deadline) => woken.recv_timeout(deadline - now).map_err(|_| ()),
+                None => woken.recv().map_err(|_| ()),
+            };
         }
         Ok(Some(batch.finish()))
     }

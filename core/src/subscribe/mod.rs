@@ -83,11 +83,18 @@ impl Notifier {
     /// Puts `waker` in `interest` and `interest` in the list (once). The caller re-checks
     /// readiness afterwards: a notification between its check and this one is not missed.
     fn register(&self, interest: &Arc<Interest>, waker: &Waker) {
-        {
+        let replaced = {
             let mut slot = interest.waker.lock().unwrap_or_else(|p| p.into_inner());
-            if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                *slot = Some(waker.clone());
+            if slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                None
+            } else {
+                slot.replace(waker.clone())
             }
+        };
+        // Another waiter of the same subscription (two consumers taking turns): woken to check
+        // again rather than dropped, so that neither waits forever.
+        if let Some(replaced) = replaced {
+            self.dispatch(vec![Job::Wake(replaced)]);
         }
         if !interest.queued.swap(true, Ordering::SeqCst) {
             let mut registered = self.registered.lock().unwrap_or_else(|p| p.into_inner());
@@ -301,7 +308,8 @@ impl Subscription {
     /// Calls `callback` once, on the store's completion thread (never the writer), as soon as
     /// [`Subscription::try_next_batch`] may have something new to answer: events past what was
     /// scanned, the end, or a follower's failure. Right away (on that thread) if that already
-    /// holds. A later registration replaces an earlier one that has not fired. For bindings
+    /// holds. A later registration (of any kind) on the same subscription calls an earlier one
+    /// that has not fired yet, so that its waiter checks again. For bindings
     /// whose runtime has its own event loop: register, and call `try_next_batch` when called.
     pub fn on_ready(&self, callback: impl FnOnce() + Send + 'static) {
         let waker = Waker::from(Arc::new(CallOnce(Mutex::new(Some(Box::new(callback))))));
