@@ -246,7 +246,27 @@ struct BatchBuilder {
     body: Vec<u8>,
     strings: Vec<u8>,
     string_count: u32,
-    index: std::collections::HashMap<String, u32>,
+    index: std::collections::HashMap<String, u32, std::hash::BuildHasherDefault<FxHasher>>,
+}
+
+/// The multiply-rotate hash of rustc's `FxHasher`: the string table is looked up once per type
+/// and tag of every event, where SipHash's cost showed; nothing here faces untrusted keys that
+/// could flood it (the keys are the store's own types and tags, one batch's worth).
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl BatchBuilder {
