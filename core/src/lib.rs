@@ -11,6 +11,7 @@
 //! [`Store`], the front door.
 
 mod append;
+mod completion;
 mod error;
 mod index;
 mod event;

@@ -7,6 +7,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::completion::Completions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, encode_payload, encoded_len, validate_event};
 use crate::follow::Follower;
@@ -54,6 +55,8 @@ pub struct Store {
     threads: Mutex<Option<Threads>>,
     lock: Mutex<Option<File>>,
     recovery: RecoveryReport,
+    /// Runs registered callbacks and wakers off the writer (`completion.rs`); stopped by close.
+    completions: Arc<Completions>,
 }
 
 enum Threads {
@@ -73,6 +76,8 @@ impl Store {
         let lock = take_lock(&path, options.file_mode)?;
         let published = Arc::new(Published::new());
         let recovered = recover(&path, &options, &published)?;
+        let completions = Completions::start()?;
+        published.notifier.set_completions(completions.clone());
         let recovery = recovered.report;
         let head = recovery.head.get();
         published.publish_head(head);
@@ -100,9 +105,15 @@ impl Store {
             poisoned_by_sync: false,
         };
         let (queue, incoming) = sync_channel(QUEUE_DEPTH);
+        let writer_completions = completions.clone();
         let thread = std::thread::Builder::new()
             .name("lapilli-writer".into())
-            .spawn(move || writer.run(incoming))
+            .spawn(move || {
+                // Answers and wake-ups the writer produces go to the completion thread, one push
+                // per group; the guard flushes the last ones after `run` has returned.
+                let _deferred = writer_completions.defer_here();
+                writer.run(incoming)
+            })
             .map_err(|e| Error::io("cannot start the writer thread", &e))?;
         Ok(Store {
             path,
@@ -112,6 +123,7 @@ impl Store {
             threads: Mutex::new(Some(Threads::Writer { writer: thread, sealer })),
             lock: Mutex::new(Some(lock)),
             recovery,
+            completions,
         })
     }
 
@@ -126,6 +138,8 @@ impl Store {
         let path = path.as_ref().to_path_buf();
         let published = Arc::new(Published::new());
         let (follower, recovery) = Follower::open(&path, published.clone())?;
+        let completions = Completions::start()?;
+        published.notifier.set_completions(completions.clone());
         let thread = std::thread::Builder::new()
             .name("lapilli-follower".into())
             .spawn(move || follower.run())
@@ -138,6 +152,7 @@ impl Store {
             threads: Mutex::new(Some(Threads::Follower(thread))),
             lock: Mutex::new(None),
             recovery,
+            completions,
         })
     }
 
@@ -235,9 +250,9 @@ impl Store {
     pub fn submit(&self, events: Vec<Event>, condition: Option<AppendCondition>) -> PendingAppend {
         let parts = match self.prepare(events, condition) {
             Ok(parts) => parts,
-            Err(err) => return PendingAppend::ready(Err(err)),
+            Err(err) => return PendingAppend::ready(&self.completions, Err(err)),
         };
-        let (pending, reply) = PendingAppend::new();
+        let (pending, reply) = PendingAppend::new(&self.completions);
         let request = AppendRequest {
             encoded: parts.encoded,
             frame_starts: parts.frame_starts,
@@ -364,6 +379,9 @@ impl Store {
                 Ok(())
             }
         };
+        // Every answer and wake-up of this handle was produced by now (the writer has answered
+        // all it had, the close above woke every registered subscription): run them, then stop.
+        self.completions.stop();
         if let Some(lock) = self.lock.lock().unwrap_or_else(|p| p.into_inner()).take() {
             // Unlock explicitly rather than only by closing the descriptor: a child that another
             // thread forks meanwhile shares the lock's open file description until it execs, and

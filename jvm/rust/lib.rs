@@ -6,24 +6,40 @@
 //! `LapilliException` hierarchy in one place (`Errors.kt`) and builds `Sequence`, `Flow`,
 //! `use {}` and suspend functions on the pull API below. No engine logic lives here.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use lapilli_core as core;
 
 uniffi::setup_scaffolding!();
 
-/// Every failure, as the core reports it: `code` is `ErrorKind::code()` (`"CONFLICT"`, ...),
-/// `position` the first conflicting event where the core knows it.
+/// Every failure, one variant per `ErrorKind` (the Kotlin layer maps each to its
+/// `LapilliException` subclass in `Errors.kt`). `position`: the first conflicting event, where
+/// the core knows it.
 #[derive(Debug, uniffi::Error)]
 pub enum FfiError {
-    Failure { code: String, detail: String, position: Option<u64> },
+    Conflict { detail: String, position: Option<u64> },
+    AlreadyExists { detail: String, position: Option<u64> },
+    InvalidArgument { detail: String },
+    StoreLocked { detail: String },
+    Closed { detail: String },
+    ReadOnly { detail: String },
+    Corruption { detail: String },
+    Io { detail: String },
 }
 
 impl std::fmt::Display for FfiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let FfiError::Failure { code, detail, .. } = self;
-        write!(f, "{code}: {detail}")
+        match self {
+            FfiError::Conflict { detail, .. }
+            | FfiError::AlreadyExists { detail, .. }
+            | FfiError::InvalidArgument { detail }
+            | FfiError::StoreLocked { detail }
+            | FfiError::Closed { detail }
+            | FfiError::ReadOnly { detail }
+            | FfiError::Corruption { detail }
+            | FfiError::Io { detail } => f.write_str(detail),
+        }
     }
 }
 
@@ -31,10 +47,17 @@ impl std::error::Error for FfiError {}
 
 impl From<core::Error> for FfiError {
     fn from(err: core::Error) -> Self {
-        FfiError::Failure {
-            code: err.kind().code().to_string(),
-            detail: err.message().to_string(),
-            position: err.position().map(core::Position::get),
+        let detail = err.message().to_string();
+        let position = err.position().map(core::Position::get);
+        match err.kind() {
+            core::ErrorKind::Conflict => FfiError::Conflict { detail, position },
+            core::ErrorKind::AlreadyExists => FfiError::AlreadyExists { detail, position },
+            core::ErrorKind::InvalidArgument => FfiError::InvalidArgument { detail },
+            core::ErrorKind::StoreLocked => FfiError::StoreLocked { detail },
+            core::ErrorKind::Closed => FfiError::Closed { detail },
+            core::ErrorKind::ReadOnly => FfiError::ReadOnly { detail },
+            core::ErrorKind::Corruption => FfiError::Corruption { detail },
+            core::ErrorKind::Io => FfiError::Io { detail },
         }
     }
 }
@@ -54,22 +77,6 @@ pub struct FfiOptions {
 }
 
 #[derive(uniffi::Record)]
-pub struct FfiEvent {
-    pub event_type: String,
-    pub tags: Vec<String>,
-    pub data: Vec<u8>,
-}
-
-#[derive(uniffi::Record)]
-pub struct FfiSequencedEvent {
-    pub position: u64,
-    pub recorded_at: u64,
-    pub event_type: String,
-    pub tags: Vec<String>,
-    pub data: Vec<u8>,
-}
-
-#[derive(uniffi::Record)]
 pub struct FfiQueryItem {
     pub types: Vec<String>,
     pub tags: Vec<String>,
@@ -79,19 +86,6 @@ pub struct FfiQueryItem {
 pub enum FfiQuery {
     All,
     Items { items: Vec<FfiQueryItem> },
-}
-
-#[derive(uniffi::Record)]
-pub struct FfiCondition {
-    pub fail_if_events_match: FfiQuery,
-    pub after: Option<u64>,
-    pub fail_if_exists: Option<FfiQuery>,
-}
-
-#[derive(uniffi::Record)]
-pub struct FfiAppendResult {
-    pub first: u64,
-    pub last: u64,
 }
 
 #[derive(uniffi::Record)]
@@ -113,32 +107,273 @@ impl From<FfiQuery> for core::Query {
     }
 }
 
-fn events_in(events: Vec<FfiEvent>) -> Vec<core::Event> {
-    events
-        .into_iter()
-        .map(|e| core::Event { event_type: e.event_type, tags: e.tags, data: e.data })
-        .collect()
+// ---- Appends: one packed request, one native call -------------------------------------------
+//
+// UniFFI lowers a `Vec`/record argument into a RustBuffer it allocates with a native call of
+// its own (and frees with another), so an append of records was four or five crossings. An
+// append instead passes the address and length of a buffer the Kotlin layer wrote in native
+// memory (`Packing.kt`), as two integers: one crossing. The layout (little-endian), which
+// `Packing.kt` writes and `decode_append` reads:
+//
+//   u8 has_condition; [query fail_if_events_match; u8 has_after; [u64 after];
+//                      u8 has_exists; [query fail_if_exists]]
+//   u32 event_count; per event: str type; u32 tag_count, str tag...; u32 data_len, data
+//   query: u8 kind (0 all, 1 items); [u32 item_count; per item: u32 n, str type...;
+//          u32 n, str tag...]
+//   str: u32 byte_len, UTF-8 bytes
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
 }
 
-fn condition_in(condition: Option<FfiCondition>) -> Option<core::AppendCondition> {
-    condition.map(|c| core::AppendCondition {
-        fail_if_events_match: c.fail_if_events_match.into(),
-        after: c.after.map(core::Position),
-        fail_if_exists: c.fail_if_exists.map(Into::into),
-    })
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> FfiResult<&'a [u8]> {
+        let end = self.at.checked_add(len).filter(|&end| end <= self.bytes.len()).ok_or_else(|| {
+            invalid(format!("packed append request is cut short at byte {} of {}", self.at, self.bytes.len()))
+        })?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn u8(&mut self) -> FfiResult<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> FfiResult<usize> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()) as usize)
+    }
+
+    fn u64(&mut self) -> FfiResult<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+
+    fn string(&mut self) -> FfiResult<String> {
+        let len = self.u32()?;
+        let at = self.at;
+        String::from_utf8(self.take(len)?.to_vec())
+            .map_err(|_| invalid(format!("packed append request: the string at byte {at} is not UTF-8")))
+    }
+
+    fn strings(&mut self) -> FfiResult<Vec<String>> {
+        let count = self.u32()?;
+        // A count can claim more than the buffer holds; never reserve more than is there.
+        let mut out = Vec::with_capacity(count.min(self.bytes.len() - self.at));
+        for _ in 0..count {
+            out.push(self.string()?);
+        }
+        Ok(out)
+    }
+
+    fn query(&mut self) -> FfiResult<core::Query> {
+        Ok(match self.u8()? {
+            0 => core::Query::All,
+            _ => {
+                let count = self.u32()?;
+                let mut items = Vec::with_capacity(count.min(self.bytes.len() - self.at));
+                for _ in 0..count {
+                    let types = self.strings()?;
+                    let tags = self.strings()?;
+                    items.push(core::QueryItem { types, tags });
+                }
+                core::Query::Items(items)
+            }
+        })
+    }
 }
 
-fn appended(result: core::AppendResult) -> FfiAppendResult {
-    FfiAppendResult { first: result.first.get(), last: result.last.get() }
+fn decode_append(bytes: &[u8]) -> FfiResult<(Vec<core::Event>, Option<core::AppendCondition>)> {
+    let mut r = Reader { bytes, at: 0 };
+    let condition = match r.u8()? {
+        0 => None,
+        _ => {
+            let fail_if_events_match = r.query()?;
+            let after = match r.u8()? {
+                0 => None,
+                _ => Some(core::Position(r.u64()?)),
+            };
+            let fail_if_exists = match r.u8()? {
+                0 => None,
+                _ => Some(r.query()?),
+            };
+            Some(core::AppendCondition { fail_if_events_match, after, fail_if_exists })
+        }
+    };
+    let count = r.u32()?;
+    let mut events = Vec::with_capacity(count.min(bytes.len()));
+    for _ in 0..count {
+        let event_type = r.string()?;
+        let tags = r.strings()?;
+        let len = r.u32()?;
+        let data = r.take(len)?.to_vec();
+        events.push(core::Event { event_type, tags, data });
+    }
+    if r.at != bytes.len() {
+        return Err(invalid(format!("packed append request has {} bytes after its last event", bytes.len() - r.at)));
+    }
+    Ok((events, condition))
 }
 
-fn sequenced(event: core::SequencedEvent) -> FfiSequencedEvent {
-    FfiSequencedEvent {
-        position: event.position.get(),
-        recorded_at: event.recorded_at,
-        event_type: event.event_type,
-        tags: event.tags,
-        data: event.data,
+/// The bytes at `address`, `len` long.
+///
+/// # Safety
+/// `address` must point to `len` readable bytes that stay unchanged for the whole call: the
+/// Kotlin layer passes its own native buffer and does not touch it until the call returns.
+unsafe fn request_bytes<'a>(address: u64, len: u64) -> FfiResult<&'a [u8]> {
+    if address == 0 || len == 0 {
+        return Err(invalid(format!("packed append request at {address:#x} of {len} bytes")));
+    }
+    // SAFETY: as the caller promises.
+    Ok(unsafe { std::slice::from_raw_parts(address as *const u8, len as usize) })
+}
+
+// ---- Events out: one packed buffer per batch ------------------------------------------------
+//
+// A batch crosses as one byte buffer instead of one UniFFI record per event (after the Node
+// face's `Batch`). Layout (little-endian), decoded by `Packing.kt`:
+//
+//   u32 count; u32 strings_at (offset of the string table)
+//   per event: u64 position, u64 recorded_at, u32 type, u32 tag_count, u32 tag..., u32 data_len,
+//              data bytes
+//   string table at strings_at: u32 string_count; per string: u32 byte_len, UTF-8 bytes
+//
+// Types and tags are indices into the string table, which holds each distinct one once.
+
+#[derive(Default)]
+struct BatchBuilder {
+    count: u32,
+    body: Vec<u8>,
+    strings: Vec<u8>,
+    string_count: u32,
+    index: std::collections::HashMap<String, u32, std::hash::BuildHasherDefault<FxHasher>>,
+}
+
+/// The multiply-rotate hash of rustc's `FxHasher`: the string table is looked up once per type
+/// and tag of every event, where SipHash's cost showed; nothing here faces untrusted keys that
+/// could flood it (the keys are the store's own types and tags, one batch's worth).
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl BatchBuilder {
+    fn new() -> Self {
+        BatchBuilder { body: vec![0; 8], ..Default::default() }
+    }
+
+    fn intern(&mut self, text: &str) -> u32 {
+        if let Some(&i) = self.index.get(text) {
+            return i;
+        }
+        let i = self.string_count;
+        self.string_count += 1;
+        self.strings.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        self.strings.extend_from_slice(text.as_bytes());
+        self.index.insert(text.to_owned(), i);
+        i
+    }
+
+    fn push(&mut self, view: &core::EventView<'_>) {
+        self.push_parts(view.position, view.recorded_at, view.event_type, view.tags(), view.tag_count(), view.data);
+    }
+
+    fn push_parts<'t>(
+        &mut self,
+        position: core::Position,
+        recorded_at: u64,
+        event_type: &str,
+        tags: impl Iterator<Item = &'t str>,
+        tag_count: usize,
+        data: &[u8],
+    ) {
+        self.count += 1;
+        let type_index = self.intern(event_type);
+        self.body.extend_from_slice(&position.get().to_le_bytes());
+        self.body.extend_from_slice(&recorded_at.to_le_bytes());
+        self.body.extend_from_slice(&type_index.to_le_bytes());
+        self.body.extend_from_slice(&(tag_count as u32).to_le_bytes());
+        for tag in tags {
+            let tag_index = self.intern(tag);
+            self.body.extend_from_slice(&tag_index.to_le_bytes());
+        }
+        self.body.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        self.body.extend_from_slice(data);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        let strings_at = self.body.len() as u32;
+        self.body[0..4].copy_from_slice(&self.count.to_le_bytes());
+        self.body[4..8].copy_from_slice(&strings_at.to_le_bytes());
+        self.body.extend_from_slice(&self.string_count.to_le_bytes());
+        self.body.extend_from_slice(&self.strings);
+        self.body
+    }
+}
+
+// ---- Completions: the port the Kotlin completion thread drains -----------------------------
+//
+// Appends submitted without waiting, and subscriptions waiting for the head to move, register a
+// callback with the core (`PendingAppend::on_complete`, `Subscription::on_ready`). The core runs
+// it on its completion thread, never the writer; here it only appends a 32-byte record to this
+// port. One JVM thread per store (`Completions.kt`) takes everything queued in one call and
+// completes the futures and resumes the coroutines: no JNA upcall, no thread per waiter.
+//
+// Record: u64 kind (0 append done, 1 append failed, 2 subscription ready), u64 token,
+//         u64 first, u64 last.
+
+const APPEND_DONE: u64 = 0;
+const APPEND_FAILED: u64 = 1;
+const SUBSCRIPTION_READY: u64 = 2;
+
+#[derive(Default)]
+struct PortState {
+    records: Vec<u8>,
+    /// The errors of failed appends, fetched by token with `append_error` (so that they cross
+    /// as `FfiError`, mapped in one place).
+    errors: std::collections::HashMap<u64, core::Error>,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Port {
+    state: Mutex<PortState>,
+    filled: Condvar,
+}
+
+impl Port {
+    fn push(&self, kind: u64, token: u64, first: u64, last: u64, error: Option<core::Error>) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.closed && state.records.is_empty() {
+            // Nobody will take it: the Kotlin side has failed or resumed every waiter it had
+            // when the port closed, and checks for closing after registering new ones.
+            return;
+        }
+        for value in [kind, token, first, last] {
+            state.records.extend_from_slice(&value.to_le_bytes());
+        }
+        if let Some(error) = error {
+            state.errors.insert(token, error);
+        }
+        drop(state);
+        self.filled.notify_one();
+    }
+
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        self.filled.notify_all();
     }
 }
 
@@ -147,6 +382,7 @@ fn sequenced(event: core::SequencedEvent) -> FfiSequencedEvent {
 #[derive(uniffi::Object)]
 pub struct FfiStore {
     inner: core::Store,
+    port: Arc<Port>,
 }
 
 #[uniffi::export]
@@ -158,33 +394,68 @@ impl FfiStore {
             .map_err(|_| invalid(format!("max_event_bytes is {}; too large", options.max_event_bytes)))?;
         let options =
             core::Options { durability, segment_size: options.segment_size, max_event_bytes, ..core::Options::default() };
-        Ok(Arc::new(FfiStore { inner: core::Store::open(path, options)? }))
+        Ok(Arc::new(FfiStore { inner: core::Store::open(path, options)?, port: Arc::default() }))
     }
 
     #[uniffi::constructor]
     pub fn open_read_only(path: String) -> FfiResult<Arc<Self>> {
-        Ok(Arc::new(FfiStore { inner: core::Store::open_read_only(path)? }))
+        Ok(Arc::new(FfiStore { inner: core::Store::open_read_only(path)?, port: Arc::default() }))
     }
 
     pub fn head(&self) -> FfiResult<u64> {
         Ok(self.inner.head()?.get())
     }
 
-    /// Blocks until the batch is committed.
-    pub fn append(&self, events: Vec<FfiEvent>, condition: Option<FfiCondition>) -> FfiResult<FfiAppendResult> {
-        Ok(appended(self.inner.append(events_in(events), condition_in(condition))?))
+    /// Appends the packed request at `address` (see the layout above) and blocks until it is
+    /// committed; answers the first position (the last is first + count - 1).
+    ///
+    /// # Safety (of the caller)
+    /// `address` points to `len` bytes that stay unchanged during the call.
+    pub fn append_packed(&self, address: u64, len: u64) -> FfiResult<u64> {
+        // SAFETY: the Kotlin layer's contract, above.
+        let (events, condition) = decode_append(unsafe { request_bytes(address, len)? })?;
+        Ok(self.inner.append(events, condition)?.first.get())
     }
 
-    /// Hands the append to the writer at once and completes when it is committed, so that many
-    /// coroutines' appends share one group commit. Dropping the future (a cancelled coroutine)
-    /// does not undo or corrupt anything: the submitted append is committed or refused whole.
-    pub async fn append_async(
-        &self,
-        events: Vec<FfiEvent>,
-        condition: Option<FfiCondition>,
-    ) -> FfiResult<FfiAppendResult> {
-        let pending = self.inner.submit(events_in(events), condition_in(condition));
-        Ok(appended(pending.await?))
+    /// Hands the packed request to the writer and returns at once; its answer reaches the port
+    /// as a record with `token`. The same safety contract as `append_packed`.
+    pub fn submit_packed(&self, address: u64, len: u64, token: u64) {
+        // SAFETY: the Kotlin layer's contract, above.
+        let decoded = unsafe { request_bytes(address, len) }.and_then(|bytes| decode_append(bytes));
+        let port = self.port.clone();
+        let complete = move |result: core::Result<core::AppendResult>| match result {
+            Ok(r) => port.push(APPEND_DONE, token, r.first.get(), r.last.get(), None),
+            Err(e) => port.push(APPEND_FAILED, token, 0, 0, Some(e)),
+        };
+        match decoded {
+            Ok((events, condition)) => self.inner.submit(events, condition).on_complete(complete),
+            // Malformed by our own Kotlin layer: answered like any refused append.
+            Err(e) => complete(Err(core::Error::new(core::ErrorKind::InvalidArgument, e.to_string()))),
+        }
+    }
+
+    /// The error of the append `token` that the port reported failed (taken: asked once).
+    pub fn append_error(&self, token: u64) -> FfiResult<()> {
+        let error = self.port.state.lock().unwrap_or_else(|p| p.into_inner()).errors.remove(&token);
+        match error {
+            Some(error) => Err(error.into()),
+            None => Err(FfiError::Io { detail: format!("no error was recorded for append {token}") }),
+        }
+    }
+
+    /// Blocks until the port holds records, and takes them all; `None` once the store is closed
+    /// and every record was taken. Called by the one completion thread of the Kotlin store.
+    pub fn take_completions(&self) -> Option<Vec<u8>> {
+        let mut state = self.port.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if !state.records.is_empty() {
+                return Some(std::mem::take(&mut state.records));
+            }
+            if state.closed {
+                return None;
+            }
+            state = self.port.filled.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     pub fn read(&self, query: FfiQuery, options: FfiReadOptions) -> FfiResult<Arc<FfiReadResult>> {
@@ -200,7 +471,7 @@ impl FfiStore {
 
     pub fn subscribe(&self, query: FfiQuery, after: u64) -> FfiResult<Arc<FfiSubscription>> {
         let inner = self.inner.subscribe(&query.into(), core::Position(after))?;
-        Ok(Arc::new(FfiSubscription { inner }))
+        Ok(Arc::new(FfiSubscription { inner, port: self.port.clone() }))
     }
 
     /// How many group commits (one write, and with fsync durability one fsync, each) this
@@ -209,13 +480,16 @@ impl FfiStore {
         self.inner.group_commits()
     }
 
-    /// Answers queued appends, ends subscriptions, releases the lock. Idempotent.
+    /// Answers queued appends, ends subscriptions, releases the lock, and closes the port once
+    /// every answer and wake-up is in it. Idempotent.
     pub fn close(&self) -> FfiResult<()> {
-        Ok(self.inner.close()?)
+        let closed = self.inner.close();
+        self.port.close();
+        Ok(closed?)
     }
 }
 
-/// A read in progress over a pinned snapshot, taken in batches.
+/// A read in progress over a pinned snapshot, taken in packed batches.
 #[derive(uniffi::Object)]
 pub struct FfiReadResult {
     head: u64,
@@ -228,27 +502,29 @@ impl FfiReadResult {
         self.head
     }
 
-    /// Up to `max` further events; an empty list means the read is exhausted.
-    pub fn next_batch(&self, max: u32) -> FfiResult<Vec<FfiSequencedEvent>> {
+    /// Up to `max` further events, packed; a batch of 0 events means the read is exhausted.
+    pub fn next_batch(&self, max: u32) -> FfiResult<Vec<u8>> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Vec::with_capacity((max as usize).min(4096));
-        inner.visit(max as usize, |view| out.push(sequenced(view.to_owned_event())))?;
-        Ok(out)
+        let mut batch = BatchBuilder::new();
+        inner.visit(max as usize, |view| batch.push(view))?;
+        Ok(batch.finish())
     }
 }
 
 /// A live feed; `close` (renamed `closeSubscription` for Kotlin) may be called from any thread
-/// and wakes a consumer blocked in `next_batch`.
+/// and wakes a consumer blocked in `next_batch` or waiting through the port.
 #[derive(uniffi::Object)]
 pub struct FfiSubscription {
     inner: core::Subscription,
+    port: Arc<Port>,
 }
 
 #[uniffi::export]
 impl FfiSubscription {
-    /// `None`: ended. `Some(empty)`: the timeout passed. `timeout_ms = None` waits as long as
-    /// it takes.
-    pub fn next_batch(&self, max: u32, timeout_ms: Option<u64>) -> FfiResult<Option<Vec<FfiSequencedEvent>>> {
+    /// Packed events. `None`: ended. A batch of 0 events: the timeout passed. `timeout_ms =
+    /// None` waits as long as it takes (a thread blocked here; `try_next_batch_or_arm` is the
+    /// way without one).
+    pub fn next_batch(&self, max: u32, timeout_ms: Option<u64>) -> FfiResult<Option<Vec<u8>>> {
         if max == 0 {
             return Err(invalid("max is 0; a batch holds at least one event".to_string()));
         }
@@ -256,8 +532,39 @@ impl FfiSubscription {
         let timeout = timeout_ms
             .map(Duration::from_millis)
             .filter(|t| std::time::Instant::now().checked_add(*t).is_some());
-        let batch = self.inner.next_batch(max as usize, timeout)?;
-        Ok(batch.map(|events| events.into_iter().map(sequenced).collect()))
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        // Packed straight from the log (no owned copy of each event), waiting between passes on
+        // the core's wake-up, the same one `try_next_batch_or_arm` uses.
+        let mut batch = BatchBuilder::new();
+        loop {
+            let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(None) };
+            let now = std::time::Instant::now();
+            if seen > 0 || deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            let (ready, woken) = std::sync::mpsc::sync_channel(1);
+            self.inner.on_ready(move || {
+                let _ = ready.try_send(());
+            });
+            let _ = match deadline {
+                Some(deadline) => woken.recv_timeout(deadline - now).map_err(|_| ()),
+                None => woken.recv().map_err(|_| ()),
+            };
+        }
+        Ok(Some(batch.finish()))
+    }
+
+    /// What is there now, packed, without waiting. `None`: ended. A batch of 0 events: nothing
+    /// yet, and the subscription is armed: a record with `token` reaches the port (from the
+    /// core's completion thread) as soon as there may be something, or it ends.
+    pub fn try_next_batch_or_arm(&self, max: u32, token: u64) -> FfiResult<Option<Vec<u8>>> {
+        let mut batch = BatchBuilder::new();
+        let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(None) };
+        if seen == 0 {
+            let port = self.port.clone();
+            self.inner.on_ready(move || port.push(SUBSCRIPTION_READY, token, 0, 0, None));
+        }
+        Ok(Some(batch.finish()))
     }
 
     pub fn caught_up(&self) -> bool {

@@ -4,42 +4,131 @@
 //! nothing is left, wait for the head to move. Because the live part is the same scan started
 //! from the same cursor, there is no seam where an event could be skipped or repeated.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use crate::completion::{Completions, Job};
 use crate::error::{Error, Result};
-use crate::event::SequencedEvent;
+use crate::event::{EventView, SequencedEvent};
 use crate::position::Position;
 use crate::query::Query;
 use crate::read::{Published, Walk};
 
-/// Wakes waiting subscribers when the head moves. With no one waiting, a commit pays one
-/// atomic load here and takes no lock.
+/// Wakes subscribers when the head moves, the store closes or a follower fails: those blocked
+/// in `next_batch` (a condition variable) and those that registered a waker or callback (a
+/// list drained at each notification, whose wakers run on the completion thread). With no one
+/// waiting or registered, a commit pays one atomic load here and takes no lock.
 #[derive(Default)]
 pub(crate) struct Notifier {
-    waiters: AtomicUsize,
-    lock: Mutex<()>,
+    /// Blocked waiters plus registered interests: the one load a commit pays.
+    listeners: AtomicUsize,
+    registered: Mutex<Vec<Arc<Interest>>>,
     wakeup: Condvar,
+    /// Where registered wakers run; set at open (unset: on the notifying thread).
+    completions: OnceLock<Arc<Completions>>,
+}
+
+/// One subscription's registration: at most one entry in the notifier's list however often it
+/// registers, holding the latest waker.
+#[derive(Default)]
+pub(crate) struct Interest {
+    queued: AtomicBool,
+    waker: Mutex<Option<Waker>>,
 }
 
 impl Notifier {
-    /// Called after the head (or a closed flag) was stored.
+    pub fn set_completions(&self, completions: Arc<Completions>) {
+        let _ = self.completions.set(completions);
+    }
+
+    /// Called after the head (or a closed or failed flag) was stored.
     pub fn notify(&self) {
-        // Pairs with the fence in `wait`: either this load sees the waiter, or the waiter's
-        // re-check sees the new head.
+        // Pairs with the fences in `wait` and `register`: either this load sees the listener,
+        // or the listener's re-check sees the new head.
         fence(Ordering::SeqCst);
-        if self.waiters.load(Ordering::Relaxed) > 0 {
-            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.wakeup.notify_all();
+        if self.listeners.load(Ordering::Relaxed) == 0 {
+            return;
         }
+        let drained = {
+            let mut registered = self.registered.lock().unwrap_or_else(|p| p.into_inner());
+            self.wakeup.notify_all();
+            let drained = std::mem::take(&mut *registered);
+            self.listeners.fetch_sub(drained.len(), Ordering::SeqCst);
+            drained
+        };
+        let jobs: Vec<Job> = drained
+            .into_iter()
+            .filter_map(|interest| {
+                interest.queued.store(false, Ordering::SeqCst);
+                interest.waker.lock().unwrap_or_else(|p| p.into_inner()).take().map(Job::Wake)
+            })
+            .collect();
+        self.dispatch(jobs);
+    }
+
+    fn dispatch(&self, jobs: Vec<Job>) {
+        match self.completions.get() {
+            Some(completions) => completions.dispatch(jobs),
+            None => jobs.into_iter().for_each(|job| {
+                if let Job::Wake(waker) = job {
+                    waker.wake()
+                }
+            }),
+        }
+    }
+
+    /// Puts `waker` in `interest` and `interest` in the list (once). The caller re-checks
+    /// readiness afterwards: a notification between its check and this one is not missed.
+    fn register(&self, interest: &Arc<Interest>, waker: &Waker) {
+        let replaced = {
+            let mut slot = interest.waker.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                None
+            } else {
+                slot.replace(waker.clone())
+            }
+        };
+        // Another waiter of the same subscription (two consumers taking turns): woken to check
+        // again rather than dropped, so that neither waits forever.
+        if let Some(replaced) = replaced {
+            self.dispatch(vec![Job::Wake(replaced)]);
+        }
+        if !interest.queued.swap(true, Ordering::SeqCst) {
+            let mut registered = self.registered.lock().unwrap_or_else(|p| p.into_inner());
+            registered.push(interest.clone());
+            self.listeners.fetch_add(1, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// One subscription closed: wakes the blocked waiters (its consumer may be one of them) and
+    /// its own registered waker, and takes it off the list, without waking everyone else's.
+    fn closed(&self, interest: &Arc<Interest>) {
+        fence(Ordering::SeqCst);
+        if self.listeners.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        {
+            let mut registered = self.registered.lock().unwrap_or_else(|p| p.into_inner());
+            self.wakeup.notify_all();
+            if interest.queued.swap(false, Ordering::SeqCst) {
+                let before = registered.len();
+                registered.retain(|other| !Arc::ptr_eq(other, interest));
+                self.listeners.fetch_sub(before - registered.len(), Ordering::SeqCst);
+            }
+        }
+        let waker = interest.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.dispatch(waker.into_iter().map(Job::Wake).collect());
     }
 
     /// Blocks until `ready()` holds or `deadline` passes (None: no deadline).
     pub fn wait(&self, ready: impl Fn() -> bool, deadline: Option<Instant>) {
-        self.waiters.fetch_add(1, Ordering::SeqCst);
+        self.listeners.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.registered.lock().unwrap_or_else(|p| p.into_inner());
         while !ready() {
             match deadline {
                 None => guard = self.wakeup.wait(guard).unwrap_or_else(|p| p.into_inner()),
@@ -57,7 +146,23 @@ impl Notifier {
             }
         }
         drop(guard);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        self.listeners.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A one-shot callback as a waker, for [`Subscription::on_ready`].
+struct CallOnce(Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl Wake for CallOnce {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let callback = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(callback) = callback {
+            callback();
+        }
     }
 }
 
@@ -107,6 +212,8 @@ pub struct Subscription {
     /// The last delivered position (the resume cursor).
     delivered: AtomicU64,
     closed: AtomicBool,
+    /// This subscription's entry in the notifier's list of registered wakers.
+    interest: Arc<Interest>,
 }
 
 impl Subscription {
@@ -123,6 +230,7 @@ impl Subscription {
             scanned: AtomicU64::new(after.get()),
             delivered: AtomicU64::new(after.get()),
             closed: AtomicBool::new(false),
+            interest: Arc::default(),
         })
     }
 
@@ -133,46 +241,129 @@ impl Subscription {
     /// Up to `max` events. `Ok(None)`: the subscription has ended. `Ok(Some(empty))`: the
     /// timeout passed first. `timeout = None` waits as long as it takes.
     pub fn next_batch(&self, max: usize, timeout: Option<Duration>) -> Result<Option<Vec<SequencedEvent>>> {
-        if max == 0 {
-            return Err(Error::invalid("max is 0; a batch holds at least one event"));
-        }
+        check_max(max)?;
         // A timeout too long to represent is no timeout.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let _consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
         let mut batch = Vec::with_capacity(max.min(1024));
         loop {
-            if self.ended() {
+            let Some(scanned) = self.scan(max, &mut |view| batch.push(view.to_owned_event()))? else {
                 return Ok(None);
-            }
-            self.published.check()?;
-            let snapshot = self.published.snapshot();
-            let head = snapshot.head;
-            let mut scanned = self.scanned.load(Ordering::Relaxed);
-            let mut walk = Walk::new(snapshot, self.query.clone(), scanned + 1, head, false);
-            while batch.len() < max {
-                match walk.next_visit(|view| view.to_owned_event())? {
-                    Some((_, event)) => batch.push(event),
-                    None => break,
-                }
-            }
-            // A full batch stops at its last event; otherwise everything up to the head was seen.
-            scanned = match batch.last() {
-                Some(last) if batch.len() == max => last.position.get(),
-                _ => head.max(scanned),
             };
-            self.scanned.store(scanned, Ordering::Release);
-            if let Some(last) = batch.last() {
-                self.delivered.store(last.position.get(), Ordering::Release);
+            if !batch.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(Some(batch));
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(Some(batch));
-            }
-            self.published.notifier.wait(
-                || self.ended() || self.published.failed() || self.published.head() > scanned,
-                deadline,
-            );
+            self.published.notifier.wait(|| self.ready_after(scanned), deadline);
         }
+    }
+
+    /// Up to `max` events that are there now, without waiting. `Ok(None)`: the subscription
+    /// has ended. `Ok(Some(empty))`: nothing new yet; [`Subscription::on_ready`] or
+    /// [`Subscription::poll_next_batch`] says when to try again.
+    pub fn try_next_batch(&self, max: usize) -> Result<Option<Vec<SequencedEvent>>> {
+        check_max(max)?;
+        let mut batch = Vec::new();
+        let _consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(self.scan(max, &mut |view| batch.push(view.to_owned_event()))?.map(|_| batch))
+    }
+
+    /// [`Subscription::try_next_batch`] without copying: `visit` sees up to `max` events in
+    /// place (a binding packs them into its own buffer). Answers how many it saw; `Ok(None)`:
+    /// the subscription has ended.
+    pub fn try_visit(&self, max: usize, mut visit: impl FnMut(&EventView<'_>)) -> Result<Option<usize>> {
+        check_max(max)?;
+        let mut seen = 0;
+        let _consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(self
+            .scan(max, &mut |view| {
+                seen += 1;
+                visit(view)
+            })?
+            .map(|_| seen))
+    }
+
+    /// The async form of [`Subscription::next_batch`] without a timeout: `Ready` with events
+    /// (or `None`: ended), or `Pending` with `cx`'s waker registered, to be woken (on the
+    /// store's completion thread) when the head moves, the subscription or store closes, or a
+    /// follower fails. No thread waits for it.
+    pub fn poll_next_batch(&self, cx: &mut Context<'_>, max: usize) -> Poll<Result<Option<Vec<SequencedEvent>>>> {
+        loop {
+            match self.try_next_batch(max) {
+                Ok(Some(batch)) if batch.is_empty() => {}
+                answer => return Poll::Ready(answer),
+            }
+            self.published.notifier.register(&self.interest, cx.waker());
+            if !self.ready() {
+                return Poll::Pending;
+            }
+            // Something arrived between the scan and the registration: scan again.
+        }
+    }
+
+    /// `poll_next_batch` as a future: `sub.next_batch_async(100).await`.
+    pub fn next_batch_async(&self, max: usize) -> impl Future<Output = Result<Option<Vec<SequencedEvent>>>> + '_ {
+        std::future::poll_fn(move |cx| self.poll_next_batch(cx, max))
+    }
+
+    /// Calls `callback` once, on the store's completion thread (never the writer), as soon as
+    /// [`Subscription::try_next_batch`] may have something new to answer: events past what was
+    /// scanned, the end, or a follower's failure. Right away (on that thread) if that already
+    /// holds. A later registration (of any kind) on the same subscription calls an earlier one
+    /// that has not fired yet, so that its waiter checks again. For bindings
+    /// whose runtime has its own event loop: register, and call `try_next_batch` when called.
+    pub fn on_ready(&self, callback: impl FnOnce() + Send + 'static) {
+        let waker = Waker::from(Arc::new(CallOnce(Mutex::new(Some(Box::new(callback))))));
+        self.published.notifier.register(&self.interest, &waker);
+        if self.ready() {
+            // Taken back from the list's entry so it fires once, through the completion thread.
+            let waker = self.interest.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+            self.published.notifier.dispatch(waker.into_iter().map(Job::Wake).collect());
+        }
+    }
+
+    /// One pass: what lies between the cursor and the head now, up to `max` matches.
+    /// `None`: ended. `Some(scanned)`: the cursor after the pass.
+    fn scan(&self, max: usize, visit: &mut dyn FnMut(&EventView<'_>)) -> Result<Option<u64>> {
+        if self.ended() {
+            return Ok(None);
+        }
+        self.published.check()?;
+        let snapshot = self.published.snapshot();
+        let head = snapshot.head;
+        let mut scanned = self.scanned.load(Ordering::Relaxed);
+        let mut walk = Walk::new(snapshot, self.query.clone(), scanned + 1, head, false);
+        let mut found = 0;
+        let mut last = None;
+        while found < max {
+            match walk.next_visit(|view| {
+                visit(view);
+                view.position.get()
+            })? {
+                Some((_, position)) => {
+                    found += 1;
+                    last = Some(position);
+                }
+                None => break,
+            }
+        }
+        // A full batch stops at its last event; otherwise everything up to the head was seen.
+        scanned = match last {
+            Some(last) if found == max => last,
+            _ => head.max(scanned),
+        };
+        self.scanned.store(scanned, Ordering::Release);
+        if let Some(last) = last {
+            self.delivered.store(last, Ordering::Release);
+        }
+        Ok(Some(scanned))
+    }
+
+    fn ready_after(&self, scanned: u64) -> bool {
+        self.ended() || self.published.failed() || self.published.head() > scanned
+    }
+
+    fn ready(&self) -> bool {
+        self.ready_after(self.scanned.load(Ordering::Acquire))
     }
 
     pub fn next(&self, timeout: Option<Duration>) -> Result<Next> {
@@ -202,8 +393,15 @@ impl Subscription {
     /// Ends the subscription; a consumer blocked in `next` wakes with `Ended`.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        self.published.notifier.notify();
+        self.published.notifier.closed(&self.interest);
     }
+}
+
+fn check_max(max: usize) -> Result<()> {
+    if max == 0 {
+        return Err(Error::invalid("max is 0; a batch holds at least one event"));
+    }
+    Ok(())
 }
 
 impl Drop for Subscription {

@@ -124,6 +124,8 @@ impl Writer {
                 }
             }
             self.commit_group(group);
+            // The group's callbacks and wakers, to the completion thread in one push.
+            crate::completion::flush_deferred();
             if shutdown {
                 break 'serve;
             }

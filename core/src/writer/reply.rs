@@ -1,24 +1,32 @@
 //! The one-shot answer to an append: the writer fills it, the caller waits on it (blocking with
-//! [`PendingAppend::wait`], or as a `Future` from an async runtime).
+//! [`PendingAppend::wait`]), `.await`s it, or registers a callback ([`PendingAppend::on_complete`]).
+//! Wakers and callbacks run on the store's completion thread (`completion.rs`), never on the
+//! writer; a blocking waiter is woken by the writer directly.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use crate::completion::{Completions, Job, run_or_defer};
 use crate::error::{Error, Result};
 use crate::append::AppendResult;
+
+type Callback = Box<dyn FnOnce(Result<AppendResult>) + Send>;
 
 #[derive(Default)]
 struct SlotState {
     result: Option<Result<AppendResult>>,
     waker: Option<Waker>,
+    /// Set by `on_complete`; takes the result instead of `result`.
+    callback: Option<Callback>,
 }
 
-#[derive(Default)]
 struct Slot {
     state: Mutex<SlotState>,
     answered: Condvar,
+    /// Where a callback registered after the answer runs.
+    completions: Arc<Completions>,
 }
 
 /// The writer's end. Dropping it unanswered (a request still queued when the writer stops)
@@ -44,14 +52,19 @@ impl Drop for Reply {
 }
 
 fn fill(slot: &Slot, result: Result<AppendResult>) {
-    let waker = {
+    let job = {
         let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.result = Some(result);
-        state.waker.take()
+        match state.callback.take() {
+            Some(callback) => Some(Job::Run(Box::new(move || callback(result)))),
+            None => {
+                state.result = Some(result);
+                state.waker.take().map(Job::Wake)
+            }
+        }
     };
     slot.answered.notify_all();
-    if let Some(waker) = waker {
-        waker.wake();
+    if let Some(job) = job {
+        run_or_defer(job);
     }
 }
 
@@ -63,13 +76,17 @@ pub struct PendingAppend {
 }
 
 impl PendingAppend {
-    pub(crate) fn new() -> (PendingAppend, Reply) {
-        let slot = Arc::new(Slot::default());
+    pub(crate) fn new(completions: &Arc<Completions>) -> (PendingAppend, Reply) {
+        let slot = Arc::new(Slot {
+            state: Mutex::default(),
+            answered: Condvar::new(),
+            completions: completions.clone(),
+        });
         (PendingAppend { slot: slot.clone() }, Reply { slot: Some(slot) })
     }
 
-    pub(crate) fn ready(result: Result<AppendResult>) -> PendingAppend {
-        let (pending, reply) = PendingAppend::new();
+    pub(crate) fn ready(completions: &Arc<Completions>, result: Result<AppendResult>) -> PendingAppend {
+        let (pending, reply) = PendingAppend::new(completions);
         reply.send(result);
         pending
     }
@@ -81,6 +98,35 @@ impl PendingAppend {
                 return result;
             }
             state = self.slot.answered.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Calls `callback` with the answer, without blocking anyone: on the store's completion
+    /// thread (never the writer, never the calling thread), in the order the writer answered
+    /// the appends; an answer known before (bad input, or a commit that won the race) goes the
+    /// same way. Only once the store is closed does it run on the calling thread. Keep it short:
+    /// later completions of the store wait for it.
+    ///
+    /// ```
+    /// use std::sync::mpsc::channel;
+    /// use lapilli_core::{Event, Options, Store};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path(), Options::default())?;
+    /// let (tx, rx) = channel();
+    /// store.submit(vec![Event::new("Opened", ["account:a1"], vec![])], None)
+    ///     .on_complete(move |result| tx.send(result).unwrap());
+    /// assert_eq!(rx.recv()??.first.get(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_complete(self, callback: impl FnOnce(Result<AppendResult>) + Send + 'static) {
+        let mut state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+        match state.result.take() {
+            Some(result) => {
+                drop(state);
+                self.slot.completions.dispatch(vec![Job::Run(Box::new(move || callback(result)))]);
+            }
+            None => state.callback = Some(Box::new(callback)),
         }
     }
 }

@@ -36,35 +36,45 @@ sealed class LapilliException(val code: String, message: String) : RuntimeExcept
     override fun toString(): String = "LapilliException.${this::class.simpleName}($code): $message"
 }
 
-/** The one place where the native error becomes a [LapilliException]. */
-internal fun lapilliException(code: String, message: String, position: Long?): LapilliException =
-    when (code) {
-        "CONFLICT" -> LapilliException.Conflict(message, position)
-        "ALREADY_EXISTS" -> LapilliException.AlreadyExists(message, position)
-        "INVALID_ARGUMENT" -> LapilliException.InvalidArgument(message)
-        "STORE_LOCKED" -> LapilliException.StoreLocked(message)
-        "CLOSED" -> LapilliException.Closed(message)
-        "READ_ONLY" -> LapilliException.ReadOnly(message)
-        "CORRUPTION" -> LapilliException.Corruption(message)
-        "IO" -> LapilliException.Io(message)
-        else -> LapilliException.Io("unknown error kind $code: $message")
+/** The one place where the native error becomes a [LapilliException]: one variant per kind. */
+internal fun lapilliException(e: FfiException): LapilliException =
+    when (e) {
+        is FfiException.Conflict -> LapilliException.Conflict(e.detail, e.position?.toLong())
+        is FfiException.AlreadyExists -> LapilliException.AlreadyExists(e.detail, e.position?.toLong())
+        is FfiException.InvalidArgument -> LapilliException.InvalidArgument(e.detail)
+        is FfiException.StoreLocked -> LapilliException.StoreLocked(e.detail)
+        is FfiException.Closed -> LapilliException.Closed(e.detail)
+        is FfiException.ReadOnly -> LapilliException.ReadOnly(e.detail)
+        is FfiException.Corruption -> LapilliException.Corruption(e.detail)
+        is FfiException.Io -> LapilliException.Io(e.detail)
     }
 
 /**
- * Runs a native call, turning its error into a [LapilliException]. A handle already released
- * by `close()` answers [LapilliException.Closed] (UniFFI reports it as `IllegalStateException`).
+ * A handle this layer released with `close()`. Calls check [released] first; one racing the
+ * release (UniFFI then refuses the released handle with `IllegalStateException`) is answered
+ * [LapilliException.Closed] because the flag says we released it, never by reading the
+ * exception's text.
  */
-internal inline fun <T> ffiCall(what: String, block: () -> T): T =
-    try {
+internal class Released {
+    @Volatile var released = false
+        private set
+
+    /** True the first time only: the caller releases the native handle. */
+    fun release(): Boolean = synchronized(this) { if (released) false else { released = true; true } }
+}
+
+/** Runs a native call on a handle of [owner], turning its error into a [LapilliException]. */
+internal inline fun <T> ffiCall(what: String, owner: Released?, block: () -> T): T {
+    if (owner?.released == true) throw LapilliException.Closed("the $what is closed")
+    return try {
         block()
-    } catch (e: FfiException.Failure) {
-        throw lapilliException(e.code, e.detail, e.position?.toLong())
+    } catch (e: FfiException) {
+        throw lapilliException(e)
     } catch (e: IllegalStateException) {
-        if (e.message?.contains("already been destroyed") == true) {
-            throw LapilliException.Closed("the $what is closed")
-        }
+        if (owner?.released == true) throw LapilliException.Closed("the $what is closed")
         throw e
     }
+}
 
 internal fun invalid(message: String): Nothing = throw LapilliException.InvalidArgument(message)
 

@@ -1,10 +1,7 @@
 package dev.lapilli
 
-import dev.lapilli.ffi.FfiCondition
-import dev.lapilli.ffi.FfiEvent
 import dev.lapilli.ffi.FfiQuery
 import dev.lapilli.ffi.FfiQueryItem
-import dev.lapilli.ffi.FfiSequencedEvent
 import java.time.Instant
 
 /** Whether an append returns only once its batch is on disk. */
@@ -17,7 +14,7 @@ enum class Durability(internal val wire: String) {
 }
 
 /** Options of [Store.open] (API.md, "Store"). */
-data class Options(
+data class Options @JvmOverloads constructor(
     val durability: Durability = Durability.FSYNC,
     /** Bytes per segment file, preallocated; applies to segments created from now on. */
     val segmentSize: Long = 256L shl 20,
@@ -28,7 +25,7 @@ data class Options(
  * An event to append. [data] is compared by content, so two events with equal bytes are equal.
  * Tag order does not matter; reads return tags sorted.
  */
-data class Event(val type: String, val tags: List<String> = emptyList(), val data: ByteArray = EMPTY) {
+data class Event @JvmOverloads constructor(val type: String, val tags: List<String> = emptyList(), val data: ByteArray = EMPTY) {
     /** An event whose data is the UTF-8 bytes of [data] (JSON, say). */
     constructor(type: String, tags: List<String>, data: String) : this(type, tags, data.encodeToByteArray())
 
@@ -38,8 +35,6 @@ data class Event(val type: String, val tags: List<String> = emptyList(), val dat
     override fun hashCode(): Int = (type.hashCode() * 31 + tags.hashCode()) * 31 + data.contentHashCode()
 
     override fun toString(): String = "Event(type=$type, tags=$tags, data=${data.size} bytes)"
-
-    internal fun toFfi() = FfiEvent(type, tags, data)
 }
 
 /** An event as stored: what reads and subscriptions return. [tags] are sorted. */
@@ -67,19 +62,6 @@ data class SequencedEvent(
 
     override fun toString(): String =
         "SequencedEvent(position=$position, recordedAt=$recordedAt, type=$type, tags=$tags, data=${data.size} bytes)"
-
-    internal companion object {
-        fun of(e: FfiSequencedEvent): SequencedEvent {
-            val micros = e.recordedAt.toLong()
-            return SequencedEvent(
-                e.position.toLong(),
-                Instant.ofEpochSecond(micros / 1_000_000, (micros % 1_000_000) * 1_000),
-                e.eventType,
-                e.tags,
-                e.data,
-            )
-        }
-    }
 }
 
 private val EMPTY = ByteArray(0)
@@ -88,7 +70,7 @@ private val EMPTY = ByteArray(0)
  * One alternative of a [Query]: the event's type is one of [types] (or [types] is empty) and
  * every tag of [tags] is among the event's tags.
  */
-data class QueryItem(val types: List<String> = emptyList(), val tags: List<String> = emptyList()) {
+data class QueryItem @JvmOverloads constructor(val types: List<String> = emptyList(), val tags: List<String> = emptyList()) {
     internal fun toFfi() = FfiQueryItem(types, tags)
 }
 
@@ -132,17 +114,11 @@ data class Query private constructor(
  * (null: any match at all). Existence clause: fail with [LapilliException.AlreadyExists] if an
  * event matching [failIfExists] lies anywhere in the store.
  */
-data class AppendCondition(
+data class AppendCondition @JvmOverloads constructor(
     val failIfEventsMatch: Query,
     val after: Long? = null,
     val failIfExists: Query? = null,
-) {
-    internal fun toFfi() = FfiCondition(
-        failIfEventsMatch.toFfi(),
-        after?.let { positionArg("condition after", it) },
-        failIfExists?.toFfi(),
-    )
-}
+)
 
 /** Positions given to an append's events; [last] is the head right after it. */
 data class AppendResult(val first: Long, val last: Long)
@@ -151,7 +127,7 @@ data class AppendResult(val first: Long, val last: Long)
  * The window `(after, until]` of a read ([until] null: the head when the read starts; clamped
  * to it), at most [limit] events (null: no cap), ascending or, with [backwards], descending.
  */
-data class ReadOptions(
+data class ReadOptions @JvmOverloads constructor(
     val after: Long = 0,
     val until: Long? = null,
     val limit: Long? = null,

@@ -15,7 +15,9 @@ class ReadResult internal constructor(
     private val batchSize: Int,
 ) : Sequence<SequencedEvent>, AutoCloseable {
 
-    val head: Long = ffiCall("read") { ffi.head() }.toLong()
+    private val handle = Released()
+
+    val head: Long = ffiCall("read", handle) { ffi.head() }.toLong()
 
     @Volatile private var iterated = false
 
@@ -28,14 +30,15 @@ class ReadResult internal constructor(
     }
 
     private inner class Batches : Iterator<SequencedEvent> {
-        private var batch: List<dev.lapilli.ffi.FfiSequencedEvent> = emptyList()
+        private var batch: List<SequencedEvent> = emptyList()
         private var index = 0
         private var done = false
 
         override fun hasNext(): Boolean {
             if (index < batch.size) return true
             if (done) return false
-            batch = ffiCall("read") { ffi.nextBatch(batchSize.toUInt()) }
+            // One packed buffer per batch, decoded here.
+            batch = unpackBatch(ffiCall("read", handle) { ffi.nextBatch(batchSize.toUInt()) })
             index = 0
             if (batch.isEmpty()) {
                 done = true
@@ -47,11 +50,14 @@ class ReadResult internal constructor(
 
         override fun next(): SequencedEvent {
             if (!hasNext()) throw NoSuchElementException()
-            return SequencedEvent.of(batch[index++])
+            return batch[index++]
         }
     }
 
+    /** This result as an `Iterable` (iterable once), for Java's for-each. */
+    fun asIterable(): Iterable<SequencedEvent> = Iterable { iterator() }
+
     override fun close() {
-        ffi.close()
+        if (handle.release()) ffi.close()
     }
 }

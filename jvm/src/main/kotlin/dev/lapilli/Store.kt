@@ -3,7 +3,11 @@ package dev.lapilli
 import dev.lapilli.ffi.FfiOptions
 import dev.lapilli.ffi.FfiReadOptions
 import dev.lapilli.ffi.FfiStore
+import kotlinx.coroutines.flow.Flow
+import kotlinx.coroutines.flow.flow
+import kotlinx.coroutines.future.await
 import java.nio.file.Path
+import java.util.concurrent.CompletableFuture
 
 /**
  * An open store: one directory holding one bounded context, one global order of events.
@@ -23,6 +27,11 @@ import java.nio.file.Path
  */
 class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
 
+    private val handle = Released()
+
+    /** Completes async appends and wakes waiting subscriptions: one thread, on first use. */
+    private val completions = Completions(ffi, handle)
+
     companion object {
         /** Opens (creating it if missing) the store in [path], recovering its log. */
         @JvmStatic
@@ -31,7 +40,7 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
             if (options.segmentSize < 0) invalid("segmentSize is ${options.segmentSize}; it must not be negative")
             if (options.maxEventBytes < 0) invalid("maxEventBytes is ${options.maxEventBytes}; it must not be negative")
             val ffi = FfiOptions(options.durability.wire, options.segmentSize.toULong(), options.maxEventBytes.toULong())
-            return Store(ffiCall("store") { FfiStore.open(path, ffi) })
+            return Store(ffiCall("store", null) { FfiStore.open(path, ffi) })
         }
 
         @JvmStatic
@@ -45,7 +54,7 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
          * directory raises [LapilliException.Io].
          */
         @JvmStatic
-        fun openReadOnly(path: String): Store = Store(ffiCall("store") { FfiStore.openReadOnly(path) })
+        fun openReadOnly(path: String): Store = Store(ffiCall("store", null) { FfiStore.openReadOnly(path) })
 
         @JvmStatic
         fun openReadOnly(path: Path): Store = openReadOnly(path.toString())
@@ -55,14 +64,17 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
     }
 
     /** The last committed position (0 for an empty store). */
-    fun head(): Long = ffiCall("store") { ffi.head() }.toLong()
+    fun head(): Long = ffiCall("store", handle) { ffi.head() }.toLong()
 
-    /** Appends [events] atomically at consecutive positions if [condition] holds; blocks until committed. */
+    /**
+     * Appends [events] atomically at consecutive positions if [condition] holds; blocks until
+     * committed. One native call: the request crosses as one buffer.
+     */
     @JvmOverloads
     fun append(events: List<Event>, condition: AppendCondition? = null): AppendResult {
-        val (ffiEvents, ffiCondition) = encode(events, condition)
-        val r = ffiCall("store") { ffi.append(ffiEvents, ffiCondition) }
-        return AppendResult(r.first.toLong(), r.last.toLong())
+        val packed = PackedAppend(events, condition)
+        val first = packed.withNative { address, len -> ffiCall("store", handle) { ffi.appendPacked(address.toULong(), len.toULong()) } }
+        return AppendResult(first.toLong(), first.toLong() + packed.count - 1)
     }
 
     /** One event. */
@@ -70,21 +82,37 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
     fun append(event: Event, condition: AppendCondition? = null): AppendResult = append(listOf(event), condition)
 
     /**
-     * Like [append] but suspends instead of blocking a thread. The append is handed to the
-     * writer at once, so appends from many coroutines share group commits (one fsync each).
-     * Cancelling the caller does not cancel a submitted append: it is committed or refused whole.
+     * Like [append] but returns at once with a future that the store's completion thread
+     * completes when the batch is committed (or refused: completed exceptionally with the
+     * [LapilliException]). Appends handed over this way from many threads share group commits.
+     * Cancelling the future does not cancel the append: it is committed or refused whole.
+     * Stages attached with the non-`Async` `CompletableFuture` methods run on that completion
+     * thread: keep them short, or use the `...Async` variants.
      */
-    suspend fun appendAsync(events: List<Event>, condition: AppendCondition? = null): AppendResult {
-        val (ffiEvents, ffiCondition) = encode(events, condition)
-        val r = ffiCall("store") { ffi.appendAsync(ffiEvents, ffiCondition) }
-        return AppendResult(r.first.toLong(), r.last.toLong())
-    }
+    @JvmOverloads
+    fun appendFuture(events: List<Event>, condition: AppendCondition? = null): CompletableFuture<AppendResult> =
+        try {
+            completions.submit(PackedAppend(events, condition))
+        } catch (e: LapilliException) {
+            CompletableFuture.failedFuture(e)
+        }
+
+    /** One event. */
+    @JvmOverloads
+    fun appendFuture(event: Event, condition: AppendCondition? = null): CompletableFuture<AppendResult> =
+        appendFuture(listOf(event), condition)
+
+    /**
+     * Like [append] but suspends instead of blocking a thread: the append is handed to the
+     * writer at once, so appends from many coroutines share group commits (one fsync each), and
+     * the coroutine is resumed from the store's completion thread (never the writer). Cancelling
+     * the caller does not cancel a submitted append: it is committed or refused whole.
+     */
+    suspend fun appendAsync(events: List<Event>, condition: AppendCondition? = null): AppendResult =
+        completions.submit(PackedAppend(events, condition)).await()
 
     suspend fun appendAsync(event: Event, condition: AppendCondition? = null): AppendResult =
         appendAsync(listOf(event), condition)
-
-    private fun encode(events: List<Event>, condition: AppendCondition?) =
-        Pair(events.map { it.toFfi() }, condition?.toFfi())
 
     /**
      * The events matching [query] in the window of [options], as a lazy [ReadResult] (a
@@ -103,31 +131,54 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
             options.backwards,
         )
         val ffiQuery = query.toFfi()
-        return ReadResult(ffiCall("store") { ffi.read(ffiQuery, ffiOptions) }, READ_BATCH)
+        return ReadResult(ffiCall("store", handle) { ffi.read(ffiQuery, ffiOptions) }, READ_BATCH)
     }
 
     /**
      * Every event matching [query] with position greater than [after], history first, then live
-     * commits, with no gap and no duplicate. Close the [Subscription] (or use [asFlow]) when done.
+     * commits, with no gap and no duplicate. Close the [Subscription] when done, or use
+     * [subscribeFlow].
      */
     @JvmOverloads
     fun subscribe(query: Query, after: Long = 0): Subscription {
         val ffiAfter = positionArg("after", after)
         val ffiQuery = query.toFfi()
-        return Subscription(ffiCall("store") { ffi.subscribe(ffiQuery, ffiAfter) })
+        return Subscription(ffiCall("store", handle) { ffi.subscribe(ffiQuery, ffiAfter) }, completions)
+    }
+
+    /**
+     * The events matching [query] after [after] as a cold [Flow]: each collection opens its own
+     * subscription (history first, then live commits) and closes it when the collector stops
+     * (cancellation, an operator such as `take(n)`, or an exception). The flow completes when the
+     * subscription ends (the store closed). Waiting for commits holds no thread: the collector
+     * suspends and is resumed from the store's completion thread. Batches of [batchSize] events
+     * are fetched at a time.
+     */
+    @JvmOverloads
+    fun subscribeFlow(query: Query, after: Long = 0, batchSize: Int = 256): Flow<SequencedEvent> {
+        if (batchSize <= 0) invalid("batchSize is $batchSize; a batch holds at least one event")
+        positionArg("after", after)
+        return flow {
+            subscribe(query, after).use { sub ->
+                while (true) {
+                    val batch = sub.nextBatchAsync(batchSize) ?: break
+                    for (event in batch) emit(event)
+                }
+            }
+        }
     }
 
     /** Group commits (one write and, with fsync, one fsync each) made by this handle; for tests. */
-    internal fun groupCommits(): Long = ffiCall("store") { ffi.groupCommits() }.toLong()
+    internal fun groupCommits(): Long = ffiCall("store", handle) { ffi.groupCommits() }.toLong()
 
     /**
      * Answers queued appends, ends every subscription, releases the lock and the native handle.
      * Idempotent; later calls raise [LapilliException.Closed].
      */
     override fun close() {
-        if (ffi.uniffiIsDestroyed) return
+        if (!handle.release()) return
         try {
-            ffiCall("store") { ffi.closeStore() }
+            ffiCall("store", null) { ffi.closeStore() }
         } finally {
             ffi.close()
         }

@@ -1,0 +1,154 @@
+package dev.lapilli
+
+import com.sun.jna.Memory
+import com.sun.jna.Pointer
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
+import java.time.Instant
+
+/*
+ * What crosses the native boundary in bulk, in the layouts `jvm/rust/lib.rs` documents:
+ * an append request written into native memory (passed as an address and a length, so an
+ * append is one method call with no RustBuffer to allocate and free), and batches of events
+ * coming back as one byte array each (not one UniFFI record per event).
+ */
+
+/** Native memory an append request is written into; one per thread, reused. */
+private class Scratch(size: Long) {
+    val memory = Memory(size)
+    val buffer: ByteBuffer = memory.getByteBuffer(0, size).order(ByteOrder.LITTLE_ENDIAN)
+    val address: Long = Pointer.nativeValue(memory)
+}
+
+/** Requests up to this size reuse the thread's buffer; larger ones get one of their own. */
+private const val SCRATCH_KEPT = 1L shl 20
+
+private val scratch = ThreadLocal.withInitial { Scratch(64L shl 10) }
+
+/** An append encoded for one native call: the events' strings as UTF-8, sizes known. */
+internal class PackedAppend(events: List<Event>, condition: AppendCondition?) {
+    val count = events.size
+    private val types = arrayOfNulls<ByteArray>(events.size)
+    private val tags = arrayOfNulls<Array<ByteArray>>(events.size)
+    private val datas = arrayOfNulls<ByteArray>(events.size)
+    private val condition = condition?.let { EncodedCondition(it) }
+    private val size: Long
+
+    init {
+        var total = 1L + 4 + (this.condition?.size ?: 0)
+        events.forEachIndexed { i, event ->
+            val type = event.type.encodeToByteArray()
+            val eventTags = Array(event.tags.size) { event.tags[it].encodeToByteArray() }
+            types[i] = type
+            tags[i] = eventTags
+            datas[i] = event.data
+            total += 4 + type.size + 4 + eventTags.sumOf { 4L + it.size } + 4 + event.data.size
+        }
+        if (total > Int.MAX_VALUE) invalid("the append encodes to $total bytes; the limit is ${Int.MAX_VALUE}")
+        size = total
+    }
+
+    /** Writes the request into native memory and runs [call] with its address and length. */
+    fun <T> withNative(call: (address: Long, len: Long) -> T): T {
+        if (size <= SCRATCH_KEPT) {
+            var s = scratch.get()
+            if (s.buffer.capacity() < size) {
+                s = Scratch(maxOf(size, s.buffer.capacity() * 2L).coerceAtMost(SCRATCH_KEPT))
+                scratch.set(s)
+            }
+            write(s.buffer)
+            return call(s.address, size)
+        }
+        val own = Scratch(size)
+        try {
+            write(own.buffer)
+            return call(own.address, size)
+        } finally {
+            own.memory.close()
+        }
+    }
+
+    private fun write(b: ByteBuffer) {
+        b.clear()
+        if (condition == null) b.put(0) else { b.put(1); condition.write(b) }
+        b.putInt(count)
+        for (i in 0 until count) {
+            putBytes(b, types[i]!!)
+            val eventTags = tags[i]!!
+            b.putInt(eventTags.size)
+            for (tag in eventTags) putBytes(b, tag)
+            putBytes(b, datas[i]!!)
+        }
+        check(b.position().toLong() == size) { "packed ${b.position()} bytes of $size" }
+    }
+}
+
+private fun putBytes(b: ByteBuffer, bytes: ByteArray) {
+    b.putInt(bytes.size)
+    b.put(bytes)
+}
+
+private class EncodedQuery(query: Query) {
+    private val items: List<Pair<List<ByteArray>, List<ByteArray>>>? =
+        query.items?.map { item -> item.types.map { it.encodeToByteArray() } to item.tags.map { it.encodeToByteArray() } }
+    val size: Long = 1L + (items?.let { list -> 4L + list.sumOf { (types, tags) -> 8L + (types + tags).sumOf { 4L + it.size } } } ?: 0)
+
+    fun write(b: ByteBuffer) {
+        if (items == null) { b.put(0); return }
+        b.put(1)
+        b.putInt(items.size)
+        for ((types, tags) in items) {
+            b.putInt(types.size)
+            types.forEach { putBytes(b, it) }
+            b.putInt(tags.size)
+            tags.forEach { putBytes(b, it) }
+        }
+    }
+}
+
+private class EncodedCondition(condition: AppendCondition) {
+    private val boundary = EncodedQuery(condition.failIfEventsMatch)
+    private val after: Long? = condition.after?.also { if (it < 0) invalid("condition after is $it; a position is never negative") }
+    private val exists = condition.failIfExists?.let { EncodedQuery(it) }
+    val size: Long = boundary.size + 1 + (if (after != null) 8 else 0) + 1 + (exists?.size ?: 0)
+
+    fun write(b: ByteBuffer) {
+        boundary.write(b)
+        if (after == null) b.put(0) else { b.put(1); b.putLong(after) }
+        if (exists == null) b.put(0) else { b.put(1); exists.write(b) }
+    }
+}
+
+/** Decodes one packed batch (`BatchBuilder` in `jvm/rust/lib.rs`). */
+internal fun unpackBatch(bytes: ByteArray): List<SequencedEvent> {
+    val b = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN)
+    val count = b.getInt(0)
+    if (count == 0) return emptyList()
+    val stringsAt = b.getInt(4)
+    b.position(stringsAt)
+    val strings = Array(b.getInt()) {
+        val len = b.getInt()
+        val s = String(bytes, b.position(), len, Charsets.UTF_8)
+        b.position(b.position() + len)
+        s
+    }
+    b.position(8)
+    val out = ArrayList<SequencedEvent>(count)
+    repeat(count) {
+        val position = b.getLong()
+        val micros = b.getLong()
+        val type = strings[b.getInt()]
+        val tagCount = b.getInt()
+        val tags = when (tagCount) {
+            0 -> emptyList()
+            1 -> listOf(strings[b.getInt()])
+            else -> List(tagCount) { strings[b.getInt()] }
+        }
+        val len = b.getInt()
+        val at = b.position()
+        val data = bytes.copyOfRange(at, at + len)
+        b.position(at + len)
+        out.add(SequencedEvent(position, Instant.ofEpochSecond(micros / 1_000_000, (micros % 1_000_000) * 1_000), type, tags, data))
+    }
+    return out
+}
