@@ -65,8 +65,9 @@ impl Scale {
         fs::create_dir_all(&self.dir).map_err(|e| e.to_string())?;
         let out = self.dir.join(format!("{}-{step}.json", kind.name()));
         let _ = fs::remove_file(&out);
-        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        let status = Command::new(exe)
+        // This very binary (its inode, even if a rebuild replaced the file since it started),
+        // so parent and children are always the same code.
+        let status = Command::new("/proc/self/exe")
             .arg("scale-child")
             .arg(kind.name())
             .arg(dir)
