@@ -361,6 +361,11 @@ pub fn write_cell(
         rejected += rj;
         lat.extend(l);
     }
+    if events == 0 && rejected > 0 {
+        return Err(format!(
+            "every append ({rejected}) was rejected by its condition"
+        ));
+    }
     let (p50, p99) = machine::p50_p99(lat);
     let groups = match (groups_before, sys.group_commits()) {
         (Some(a), Some(b)) => json!(b - a),
@@ -772,14 +777,14 @@ fn skewed_round(
     ];
     let ratio_wanted = want(SKEWED_STALE_COST);
     let mut rates: BTreeMap<(&str, &str), f64> = BTreeMap::new();
-    for (id, desc, mk) in conds {
+    for (ci, (id, desc, mk)) in conds.into_iter().enumerate() {
         if !want(id) && !(ratio_wanted && id != SKEWED_CELLS[6]) {
             continue;
         }
         for &k in order {
             let sys = skewed[k.name()].as_ref();
             let head = sys.head()?;
-            let prefix = format!("skew-{}-{round}", &id[..2]);
+            let prefix = format!("skew-{}-{ci}-{round}", &id[..2]);
             let fig = write_cell(sys, 4, 1, secs, &prefix, head, None, &|_tag, last| mk(last));
             if let Ok(v) = &fig {
                 rates.insert((id, k.name()), v["value"].as_f64().unwrap_or(f64::NAN));
@@ -1356,7 +1361,7 @@ fn run() -> Result<(), String> {
         ];
         let stale_ratio_wanted = want(STALE_COST);
         let mut rates: BTreeMap<(&str, &str), f64> = BTreeMap::new();
-        for (id, desc, mk) in cells {
+        for (ci, (id, desc, mk)) in cells.into_iter().enumerate() {
             let for_ratio = stale_ratio_wanted
                 && matches!(id, "W4 head-first (after = head)" | "W4 stale cursor (after = 1)");
             if !want(id) && !for_ratio {
@@ -1370,7 +1375,9 @@ fn run() -> Result<(), String> {
                 } else {
                     let head = sys.head()?;
                     let stale = head / 2;
-                    let prefix = format!("{}-{round}", &id[..2]);
+                    // A prefix of this cell's own: a guard with `after` = 1 on a tag an
+                    // earlier cell appended to would be rejected.
+                    let prefix = format!("{}-{ci}-{round}", &id[..2]);
                     write_cell(
                         sys,
                         16,

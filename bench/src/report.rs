@@ -196,6 +196,7 @@ fn target_verdict(c: &Value) -> (String, String, Option<String>) {
                 Target::Peer(sys, _) if got >= 1.0 => {
                     format!("{got:.2}x better than {}", peer_name(sys))
                 }
+                Target::Peer(sys, _) if got == 0.0 => format!("{}'s is 0", peer_name(sys)),
                 Target::Peer(sys, _) => format!("{:.2}x worse than {}", 1.0 / got, peer_name(sys)),
                 Target::AtMost(_) if unit == "x" => format!("{}x", fmt(got)),
                 Target::AtMost(_) => format!("{} {unit}", fmt(got)),
