@@ -113,6 +113,20 @@ pub fn rss() -> u64 {
         * 1024
 }
 
+/// A `kB` field of `/proc/self/status` (`VmRSS`, `RssAnon`, `RssFile`, `VmHWM`), in bytes.
+pub fn status_bytes(field: &str) -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.split(':').next() == Some(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
 pub fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(entries) = fs::read_dir(dir) {
@@ -154,6 +168,71 @@ pub fn evict_dir(dir: &Path) -> std::io::Result<()> {
         evict_file(&f)?;
     }
     Ok(())
+}
+
+/// Evicts the page cache of `dir`'s files while a store in this process holds them open and
+/// mapped, so a cold read comes after the open and nothing the open read is still cached.
+///
+/// `POSIX_FADV_DONTNEED` skips pages that are mapped into a process, so first the mappings of
+/// the store's files in this process (from `/proc/self/maps`) are unmapped from the page
+/// tables with `madvise(MADV_DONTNEED)`: for a shared mapping or a read-only private one that
+/// only drops page-table entries (the next access faults the page in from the page cache or
+/// the file again; the data is the file's). Private writable mappings are left alone, because
+/// there the call would discard copied-on-write pages; their pages stay resident and the
+/// residency check after the eviction shows it. Returns the bytes of mappings unmapped.
+pub fn evict_open_dir(dir: &Path) -> std::io::Result<u64> {
+    let dir = fs::canonicalize(dir)?;
+    let maps = fs::read_to_string("/proc/self/maps")?;
+    let mut unmapped = 0u64;
+    for line in maps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 6 {
+            continue;
+        }
+        let path = fields[5..].join(" ");
+        if !Path::new(path.trim_end_matches(" (deleted)")).starts_with(&dir) {
+            continue;
+        }
+        let perms = fields[1].as_bytes();
+        let shared = perms.get(3) == Some(&b's');
+        let writable = perms.get(1) == Some(&b'w');
+        if !shared && writable {
+            continue;
+        }
+        let Some((start, end)) = fields[0].split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        // SAFETY: the range is a file mapping of this process (shared, or private and
+        // read-only), where MADV_DONTNEED only drops page-table entries; the next access
+        // refaults the file's own bytes.
+        let rc = unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        unmapped += (end - start) as u64;
+    }
+    evict_dir(&dir)?;
+    Ok(unmapped)
+}
+
+/// Bytes of `dir`'s files in the page cache (mincore), to say how cold a cold figure was.
+pub fn resident_bytes(dir: &Path) -> f64 {
+    files(dir)
+        .iter()
+        .map(|f| fs::metadata(f).map(|m| m.len()).unwrap_or(0) as f64 * resident_fraction(f))
+        .sum()
 }
 
 /// Fraction of `path`'s pages in the page cache (mincore), to check an eviction took.

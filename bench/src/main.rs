@@ -7,6 +7,7 @@
 
 mod machine;
 mod report;
+mod scale;
 mod systems;
 
 use std::collections::BTreeMap;
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 use systems::{Cond, Config, Ev, Kind, Q, Res, System};
 
 pub const EVENT_BYTES: usize = 256;
-const WRITE_TYPE: &str = "Written";
+pub const WRITE_TYPE: &str = "Written";
 
 /// splitmix64: a tiny seeded generator, so a rerun reads the same entities.
 pub struct Rng(u64);
@@ -65,6 +66,10 @@ pub struct Scale {
     pub corpus_appends: u64,
     /// Events of the recent tag appended to the corpus each round (R4).
     pub hot_events: u64,
+    /// Events of the scale cells' store, built once per system in a child process.
+    pub scale_events: u64,
+    /// Events the writer-memory cell appends.
+    pub writer_events: u64,
     pub limits: machine::LimitScale,
 }
 
@@ -75,7 +80,9 @@ impl Scale {
             rounds: 3,
             corpus: 200_000,
             entities: 2_000,
-            secs: 1.0,
+            // Half a second, not a full one: with the skewed, scale and writer-memory cells
+            // of issue 14 the quick run still ends in under 5 minutes on 2 shared cores.
+            secs: 0.5,
             // Scaled down with the corpus (2M -> 200k), so the corpus still spans sealed
             // segments and startup and cold reads see them.
             segment_size: 32 << 20,
@@ -84,6 +91,9 @@ impl Scale {
             live_events: 100,
             corpus_appends: 200,
             hot_events: 10_000,
+            // Cut from the 1M the issue allows: UmaDB builds 1M events in about a minute here.
+            scale_events: 500_000,
+            writer_events: 250_000,
             limits: machine::LimitScale {
                 fsync_appends: 200,
                 seq_bytes: 256 << 20,
@@ -105,6 +115,8 @@ impl Scale {
             live_events: 300,
             corpus_appends: 1000,
             hot_events: 100_000,
+            scale_events: 10_000_000,
+            writer_events: 7_000_000,
             limits: machine::LimitScale {
                 fsync_appends: 1000,
                 seq_bytes: 1 << 30,
@@ -114,7 +126,7 @@ impl Scale {
     }
 }
 
-fn payload(i: u64) -> Vec<u8> {
+pub fn payload(i: u64) -> Vec<u8> {
     let mut d = vec![0u8; EVENT_BYTES];
     let mut x = i.wrapping_mul(0x9E3779B97F4A7C15) | 1;
     for b in d.iter_mut() {
@@ -128,11 +140,85 @@ fn payload(i: u64) -> Vec<u8> {
 
 /// Corpus event `i`: one entity, and the graded tags selecting about 1/10, 1/100, 1/1000.
 fn corpus_event(i: u64, entities: u64, bytes: usize) -> Ev {
+    seeded_event(i, mix(i) % entities, bytes)
+}
+
+/// Share of all events carried by the hottest entity of the skewed corpora.
+pub const HOT_SHARE: f64 = 0.15;
+
+/// Entity popularity in the skewed corpora, the shape of real stores: Zipf over `n`
+/// entities, its exponent chosen so the hottest (rank 0, `entity:0`) carries `HOT_SHARE` of
+/// all events. With 2,000 entities (exponent 1.06) the next ones carry 7.2%, 4.7%, 3.5%,
+/// 2.7%..., the last about 1/20,000 of the log; with 100,000 entities (10M events, exponent
+/// 1.13) the hottest holds 1.5M events, the second 690k, the last three or four.
+pub struct Zipf {
+    cdf: Vec<f64>,
+    pub exponent: f64,
+}
+
+impl Zipf {
+    pub fn new(n: u64, top_share: f64) -> Zipf {
+        let n = n.max(1);
+        let sum = |s: f64| (1..=n).map(|r| (r as f64).powf(-s)).sum::<f64>();
+        // The top share 1/H(n, s) grows with s: bisect for it.
+        let (mut lo, mut hi) = (0.0f64, 8.0f64);
+        for _ in 0..50 {
+            let mid = (lo + hi) / 2.0;
+            if 1.0 / sum(mid) < top_share {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let exponent = (lo + hi) / 2.0;
+        let total = sum(exponent);
+        let mut acc = 0.0;
+        let cdf = (1..=n)
+            .map(|r| {
+                acc += (r as f64).powf(-exponent) / total;
+                acc
+            })
+            .collect();
+        Zipf { cdf, exponent }
+    }
+
+    pub fn entities(&self) -> u64 {
+        self.cdf.len() as u64
+    }
+
+    /// The entity (rank) at uniform `u` in [0, 1).
+    pub fn sample(&self, u: f64) -> u64 {
+        (self.cdf.partition_point(|&c| c <= u) as u64).min(self.entities() - 1)
+    }
+
+    /// Expected share of the events of entity `rank`.
+    pub fn share(&self, rank: u64) -> f64 {
+        let r = rank as usize;
+        self.cdf[r] - if r == 0 { 0.0 } else { self.cdf[r - 1] }
+    }
+
+    /// The first entity expected to hold at most `count` of `total` events: the rare entity
+    /// the scale cells read (an entity of the ordinary size, ~100 events).
+    pub fn rank_holding(&self, total: u64, count: f64) -> u64 {
+        (0..self.entities())
+            .find(|&r| self.share(r) * total as f64 <= count)
+            .unwrap_or(self.entities() - 1)
+    }
+}
+
+/// Skewed corpus event `i`: the even corpus's shape (type, graded tags, payload), its entity
+/// drawn from `zipf` instead of uniformly.
+pub fn skewed_event(i: u64, zipf: &Zipf, bytes: usize) -> Ev {
+    let u = (Rng::new(i ^ 0x5CE3ED).next() >> 11) as f64 / (1u64 << 53) as f64;
+    seeded_event(i, zipf.sample(u), bytes)
+}
+
+fn seeded_event(i: u64, entity: u64, bytes: usize) -> Ev {
     let h = mix(i);
     Ev {
         ty: "Seeded",
         tags: vec![
-            format!("entity:{}", h % entities),
+            format!("entity:{entity}"),
             format!("s10:{}", i % 10),
             format!("s100:{}", (h >> 20) % 100),
             format!("s1000:{}", (h >> 36) % 1000),
@@ -163,7 +249,7 @@ pub struct Results {
 }
 
 impl Results {
-    fn record(
+    pub fn record(
         &mut self,
         id: &str,
         group: &'static str,
@@ -208,7 +294,7 @@ fn deadline(secs: f64) -> Instant {
 
 /// `threads` writers, each appending `batch` events per append until the window closes, each
 /// append guarded by `cond(thread, seq, unique_tag, last_seen)`.
-fn write_cell(
+pub fn write_cell(
     sys: &dyn System,
     threads: usize,
     batch: usize,
@@ -274,6 +360,11 @@ fn write_cell(
         events += e;
         rejected += rj;
         lat.extend(l);
+    }
+    if events == 0 && rejected > 0 {
+        return Err(format!(
+            "every append ({rejected}) was rejected by its condition"
+        ));
     }
     let (p50, p99) = machine::p50_p99(lat);
     let groups = match (groups_before, sys.group_commits()) {
@@ -403,14 +494,17 @@ fn parse_args() -> Result<Args, String> {
                 let _ = ONLY.set(list.split('|').map(String::from).collect());
                 scale.name = "partial";
             }
-            "--rounds" | "--corpus" | "--secs" | "--entities" => {
+            "--rounds" | "--corpus" | "--secs" | "--entities" | "--scale-events"
+            | "--writer-events" => {
                 overrides.push((a.clone(), args.next().ok_or(format!("{a} needs a value"))?))
             }
             "-h" | "--help" => {
                 println!(
                     "lapilli-bench [--quick|--full] [--out DIR] [--systems lapilli,tephra,umadb]\n\
                      \t[--rounds N] [--corpus EVENTS] [--entities N] [--secs WINDOW]\n\
-                     \t[--only 'CELL-SUBSTRING|...']"
+                     \t[--scale-events N] [--writer-events N] [--only 'CELL-SUBSTRING|...']\n\
+                     (--only matches cell names ignoring case; 'scale' and 'writer memory'\n\
+                     alone run only the child-process cells)"
                 );
                 std::process::exit(0);
             }
@@ -423,6 +517,8 @@ fn parse_args() -> Result<Args, String> {
             "--rounds" => scale.rounds = v.parse().map_err(bad)?,
             "--corpus" => scale.corpus = v.parse().map_err(bad)?,
             "--entities" => scale.entities = v.parse().map_err(bad)?,
+            "--scale-events" => scale.scale_events = v.parse().map_err(bad)?,
+            "--writer-events" => scale.writer_events = v.parse().map_err(bad)?,
             "--secs" => scale.secs = v.parse().map_err(|_| format!("bad value {v} for {k}"))?,
             _ => unreachable!(),
         }
@@ -480,13 +576,30 @@ fn cold_read(sys: &dyn System, count: usize, entities: u64, seed: u64) -> Res<Va
     )
 }
 
+/// R3 on an open store: evicts its pages first (mappings included, `evict_open_dir`), so the
+/// reads are served by the disk and not by what the open read.
+fn cold_read_after_open(
+    sys: &dyn System,
+    dir: &Path,
+    count: usize,
+    entities: u64,
+    seed: u64,
+) -> Res<Value> {
+    let unmapped = machine::evict_open_dir(dir).map_err(|e| format!("evict: {e}"))?;
+    let resident = machine::resident_bytes(dir);
+    let mut fig = cold_read(sys, count, entities, seed)?;
+    fig["resident_bytes_after_evict"] = json!(resident);
+    fig["mapped_bytes_dropped"] = json!(unmapped);
+    Ok(fig)
+}
+
 /// Events per read of the full scan. UmaDB's `read` materialises its whole result, and 16
 /// readers of a 2M-event store would hold 16 copies of it; so above this size every system
 /// scans in pages (`after` = the last position of the page before).
 const SCAN_PAGE: u64 = 500_000;
 
 /// R2's full scan: everything from position 0, in pages of `SCAN_PAGE` events.
-fn full_scan(s: &dyn System) -> Res<systems::ReadOut> {
+pub fn full_scan(s: &dyn System) -> Res<systems::ReadOut> {
     let mut total = systems::ReadOut::default();
     loop {
         let page = s.read(&Q::All, total.last, Some(SCAN_PAGE), false)?;
@@ -499,12 +612,225 @@ fn full_scan(s: &dyn System) -> Res<systems::ReadOut> {
     }
 }
 
+const STALE_COST: &str = "W4 stale cursor cost (after = 1 / after = head)";
+const SKEWED_STALE_COST: &str =
+    "W4 skewed stale cursor cost (after = 1 / after = head), hot entity";
+
+/// The cells of the skewed corpus.
+const SKEWED_CELLS: [&str; 10] = [
+    "R1 skewed, hot entity, 16 readers",
+    "R1 skewed, tail entity, 16 readers",
+    "R2 skewed, entities ranked 2-6, 16 readers",
+    "R4 skewed, last event of the hot entity",
+    "R4 skewed, last event of a tail entity",
+    "R5 skewed, catch-up of the hot entity",
+    "W3 skewed uniqueness guard, hot entity",
+    "W4 skewed head-first (after = head), hot entity",
+    "W4 skewed stale cursor (after = 1), hot entity",
+    SKEWED_STALE_COST,
+];
+
+/// The stale cursor's cost: the time of an append guarded with `after` = 1 over one guarded
+/// at the head, from the two rates of one system in one round.
+fn stale_cost(at_head: Option<&f64>, at_one: Option<&f64>) -> Res<Value> {
+    match (at_head, at_one) {
+        (Some(&h), Some(&o)) if h > 0.0 && o > 0.0 => Ok(json!({
+            "value": h / o,
+            "after_head_events_per_s": h,
+            "after_one_events_per_s": o,
+        })),
+        _ => Err("no figure for one of its two cells".into()),
+    }
+}
+
+/// One round of the cells on the skewed corpus (entity:0 holds 15% of the events, the next
+/// five a few % each, the tail (ranks past the first tenth) about 100 or fewer each).
+#[allow(clippy::too_many_arguments)]
+fn skewed_round(
+    results: &mut Results,
+    skewed: &BTreeMap<&'static str, Box<dyn System>>,
+    run_dir: &Path,
+    order: &[Kind],
+    zipf: &Zipf,
+    hot_events: u64,
+    scale: &Scale,
+    round: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let secs = scale.secs;
+    for &k in order {
+        machine::warm_dir(&run_dir.join("corpus-skewed").join(k.name()));
+    }
+    let n = zipf.entities();
+    let tail_from = (n / 10).max(1).min(n - 1);
+    let hot_desc = format!(
+        "{:.0}% of the corpus, {hot_events} events",
+        HOT_SHARE * 100.0
+    );
+    let reads: [(&str, String, &(dyn Fn(&mut Rng) -> u64 + Sync)); 3] = [
+        (
+            SKEWED_CELLS[0],
+            format!("the whole hottest entity ({hot_desc}), events/s"),
+            &|_| 0,
+        ),
+        (
+            SKEWED_CELLS[1],
+            format!("one tail entity's events (ranks {tail_from} to {n}), events/s"),
+            &|rng| tail_from + rng.below(n - tail_from),
+        ),
+        (
+            SKEWED_CELLS[2],
+            format!(
+                "one of the entities ranked 2 to 6 ({:.1}% to {:.1}% of the corpus each), events/s",
+                zipf.share(5) * 100.0,
+                zipf.share(1) * 100.0
+            ),
+            &|rng| 1 + rng.below(5),
+        ),
+    ];
+    for (id, desc, pick) in reads {
+        if !want(id) {
+            continue;
+        }
+        for &k in order {
+            let fig = read_cell(skewed[k.name()].as_ref(), 16, secs, seed, &|s, rng| {
+                s.read(&Q::Tag(format!("entity:{}", pick(rng))), 0, None, false)
+            });
+            let group = &id[..2];
+            let group = if group == "R1" { "R1" } else { "R2" };
+            results.record(id, group, &desc, "events/s", true, k, fig);
+        }
+    }
+    let newest: [(&str, String, &(dyn Fn(&mut Rng) -> u64 + Sync)); 2] = [
+        (
+            SKEWED_CELLS[3],
+            format!("newest event of the hottest entity ({hot_desc}), backwards limit 1, reads/s"),
+            &|_| 0,
+        ),
+        (
+            SKEWED_CELLS[4],
+            format!("newest event of a tail entity (ranks {tail_from} to {n}), backwards limit 1, reads/s"),
+            &|rng| tail_from + rng.below(n - tail_from),
+        ),
+    ];
+    for (id, desc, pick) in newest {
+        if !want(id) {
+            continue;
+        }
+        for &k in order {
+            let fig = op_cell(skewed[k.name()].as_ref(), secs, seed, &|s, rng| {
+                Ok(s.read(&Q::Tag(format!("entity:{}", pick(rng))), 0, Some(1), true)?
+                    .events)
+            });
+            results.record(id, "R4", &desc, "reads/s", true, k, fig);
+        }
+    }
+    if want(SKEWED_CELLS[5]) {
+        for &k in order {
+            let sys = skewed[k.name()].as_ref();
+            let fig = systems::unsupported(k, "subscribe")
+                .map(|e| Err(e.to_string()))
+                .unwrap_or_else(|| {
+                    let t = Instant::now();
+                    let out = sys.catch_up(&Q::Tag("entity:0".into()), hot_events)?;
+                    let s = t.elapsed().as_secs_f64();
+                    Ok(json!({"value": out.events as f64 / s, "events": out.events, "seconds": s}))
+                });
+            results.record(
+                SKEWED_CELLS[5],
+                "R5",
+                &format!("subscription to the hottest entity's tag ({hot_desc}) from 0 until caught up, events/s"),
+                "events/s",
+                true,
+                k,
+                fig,
+            );
+        }
+    }
+    // Guards on the hottest entity's tag with a type none of its events has: they never
+    // match, so every append commits, but the condition has the biggest tag to look at.
+    // Windows, not W3/W4's fixed counts, and 4 writers, not 16: a system whose check reads
+    // the whole tag (UmaDB: about half a second an append at 30k events) would otherwise
+    // take minutes a cell. The appended events carry only a tag of their own, so the hot
+    // entity stays the same size whatever count each system appends.
+    let guard = |after: Option<u64>| Cond::Guard {
+        ty: WRITE_TYPE,
+        tag: "entity:0".into(),
+        after,
+    };
+    let conds: [(&str, &str, &(dyn Fn(u64) -> Cond + Sync)); 3] = [
+        (
+            SKEWED_CELLS[6],
+            "guard on the hottest entity's tag (a type it has no event of) with `after` omitted, 4 writers appending single events for a window, events/s",
+            &|_last| guard(None),
+        ),
+        (
+            SKEWED_CELLS[7],
+            "the same guard with `after` at the head, events/s",
+            &|last| guard(Some(last)),
+        ),
+        (
+            SKEWED_CELLS[8],
+            "the same guard with `after` = 1, events/s",
+            &|_last| guard(Some(1)),
+        ),
+    ];
+    let ratio_wanted = want(SKEWED_STALE_COST);
+    let mut rates: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+    for (ci, (id, desc, mk)) in conds.into_iter().enumerate() {
+        if !want(id) && !(ratio_wanted && id != SKEWED_CELLS[6]) {
+            continue;
+        }
+        for &k in order {
+            let sys = skewed[k.name()].as_ref();
+            let head = sys.head()?;
+            let prefix = format!("skew-{}-{ci}-{round}", &id[..2]);
+            let fig = write_cell(sys, 4, 1, secs, &prefix, head, None, &|_tag, last| mk(last));
+            if let Ok(v) = &fig {
+                rates.insert((id, k.name()), v["value"].as_f64().unwrap_or(f64::NAN));
+            }
+            results.record(id, &id[..2], desc, "events/s", true, k, fig);
+        }
+    }
+    for &k in order.iter().filter(|_| ratio_wanted) {
+        let fig = stale_cost(
+            rates.get(&(SKEWED_CELLS[7], k.name())),
+            rates.get(&(SKEWED_CELLS[8], k.name())),
+        );
+        results.record(
+            SKEWED_STALE_COST,
+            "W4",
+            "time per append guarded on the hottest entity with `after` = 1 over one with `after` = the head (the two rows above, same round), x",
+            "x",
+            false,
+            k,
+            fig,
+        );
+    }
+    Ok(())
+}
+
 static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
-/// Whether the cell `id` runs (`--only` narrows the run to cells containing one of its strings).
+/// Whether the cell `id` runs (`--only` narrows the run to cells containing one of its
+/// strings, ignoring case).
 fn want(id: &str) -> bool {
-    ONLY.get()
-        .is_none_or(|only| only.is_empty() || only.iter().any(|o| id.contains(o.as_str())))
+    let id = id.to_lowercase();
+    ONLY.get().is_none_or(|only| {
+        only.is_empty() || only.iter().any(|o| id.contains(&o.to_lowercase()))
+    })
+}
+
+/// Whether any cell of this process (rather than of the scale children) runs: `--only`
+/// strings that all start with "scale" or "writer memory" skip the corpora.
+fn want_in_process() -> bool {
+    ONLY.get().is_none_or(|only| {
+        only.is_empty()
+            || only.iter().any(|o| {
+                let o = o.to_lowercase();
+                !(o.starts_with("scale") || o.starts_with("writer memory"))
+            })
+    })
 }
 
 fn repo_root() -> PathBuf {
@@ -524,6 +850,10 @@ fn main() {
 fn run() -> Result<(), String> {
     // `--render FILE.json`: write the Markdown table of a finished run again, beside it.
     let argv: Vec<String> = std::env::args().collect();
+    // The hidden subcommand of the scale cells' child processes (scale.rs).
+    if argv.get(1).map(String::as_str) == Some("scale-child") {
+        return scale::child_main(&argv[2..]);
+    }
     if argv.len() == 3 && argv[1] == "--render" {
         let path = PathBuf::from(&argv[2]);
         let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -557,7 +887,7 @@ fn run() -> Result<(), String> {
     );
     if scale.name == "quick" {
         eprintln!(
-            "  (quick: corpora of 200k events instead of 2M; W3 on 200k instead of 1M; startup on the corpus, not 10M)"
+            "  (quick: corpora of 200k events instead of 2M; W3 on 200k instead of 1M; startup row on the corpus; scale cells on 500k events, not 10M; writer memory on 250k, not 7M; 0.5 s windows, not 3 s)"
         );
     }
     let config = Config {
@@ -593,35 +923,82 @@ fn run() -> Result<(), String> {
         );
         corpus_1k.insert(k.name(), sys);
     }
-    for &k in &systems {
-        let dir = run_dir.join("corpus").join(k.name());
-        let sys = systems::open(k, &dir, &config)?;
-        let t = Instant::now();
-        let chunk = 1000u64;
-        let mut i = 0;
-        while i < scale.corpus {
-            let n = chunk.min(scale.corpus - i);
-            let evs = (i..i + n)
-                .map(|j| corpus_event(j, scale.entities, EVENT_BYTES))
-                .collect();
-            sys.append(evs, &Cond::None)?
-                .ok_or("unconditional append rejected")?;
-            i += n;
+    // The even corpus (entities drawn uniformly) and the skewed one (the same events, their
+    // entity drawn from `Zipf`: entity:0 holds 15% of them).
+    let zipf = Zipf::new(scale.entities, HOT_SHARE);
+    let skew_hot_events = (0..scale.corpus)
+        .filter(|&i| skewed_event(i, &zipf, 0).tags[0] == "entity:0")
+        .count() as u64;
+    let mut skewed: BTreeMap<&'static str, Box<dyn System>> = BTreeMap::new();
+    let mut build_skewed = BTreeMap::new();
+    let want_skewed = want_in_process() && SKEWED_CELLS.iter().any(|id| want(id));
+    for &k in systems.iter().filter(|_| want_in_process()) {
+        for (name, map, builds) in [
+            ("corpus", &mut corpus, &mut build),
+            ("corpus-skewed", &mut skewed, &mut build_skewed),
+        ] {
+            if name == "corpus-skewed" && !want_skewed {
+                continue;
+            }
+            let dir = run_dir.join(name).join(k.name());
+            let sys = systems::open(k, &dir, &config)?;
+            let t = Instant::now();
+            let chunk = 1000u64;
+            let mut i = 0;
+            while i < scale.corpus {
+                let n = chunk.min(scale.corpus - i);
+                let evs = (i..i + n)
+                    .map(|j| {
+                        if name == "corpus" {
+                            corpus_event(j, scale.entities, EVENT_BYTES)
+                        } else {
+                            skewed_event(j, &zipf, EVENT_BYTES)
+                        }
+                    })
+                    .collect();
+                sys.append(evs, &Cond::None)?
+                    .ok_or("unconditional append rejected")?;
+                i += n;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            eprintln!(
+                "  built {} {name}: {} events in {secs:.1} s",
+                k.name(),
+                scale.corpus
+            );
+            builds.insert(k.name(), json!({"events": scale.corpus, "seconds": secs, "events_per_s": scale.corpus as f64 / secs}));
+            // Closed and reopened once, so every round starts from a cleanly closed corpus.
+            sys.close()?;
+            map.insert(k.name(), systems::open(k, &dir, &config)?);
         }
-        let secs = t.elapsed().as_secs_f64();
-        eprintln!(
-            "  built {} corpus: {} events in {secs:.1} s",
-            k.name(),
-            scale.corpus
-        );
-        build.insert(k.name(), json!({"events": scale.corpus, "seconds": secs, "events_per_s": scale.corpus as f64 / secs}));
-        corpus.insert(k.name(), sys);
     }
-    // Close and reopen once, so every round starts from a cleanly closed corpus.
-    for &k in &systems {
-        corpus.remove(k.name()).unwrap().close()?;
-        let dir = run_dir.join("corpus").join(k.name());
-        corpus.insert(k.name(), systems::open(k, &dir, &config)?);
+
+    // The scale cells' stores: one per system, built once, each by a child process.
+    let scale_run = scale::Scale {
+        dir: run_dir.join("scale"),
+        events: scale.scale_events,
+        writer_events: scale.writer_events,
+        segment_size: lapilli_core::Options::default().segment_size,
+        secs: scale.secs,
+    };
+    let mut scale_builds: BTreeMap<&'static str, Res<Value>> = BTreeMap::new();
+    for &k in systems.iter().filter(|_| want("Scale")) {
+        eprintln!(
+            "  building the {} scale store of {} events (child process)",
+            k.name(),
+            scale.scale_events
+        );
+        let built = scale_run.build(k);
+        match &built {
+            Ok(v) => eprintln!(
+                "  built {} scale store in {:.1} s ({:.0} MiB)",
+                k.name(),
+                v["seconds"].as_f64().unwrap_or(f64::NAN),
+                v["store_bytes"].as_f64().unwrap_or(f64::NAN) / 1048576.0
+            ),
+            Err(e) => eprintln!("  {} scale store: {e}", k.name()),
+        }
+        scale_builds.insert(k.name(), built);
     }
 
     let secs = scale.secs;
@@ -898,7 +1275,7 @@ fn run() -> Result<(), String> {
                 .unwrap_or_else(|| {
                     let head = sys.head()?;
                     let t = Instant::now();
-                    let out = sys.catch_up(head)?;
+                    let out = sys.catch_up(&Q::All, head)?;
                     let s = t.elapsed().as_secs_f64();
                     Ok(json!({"value": out.events as f64 / s, "events": out.events, "seconds": s}))
                 });
@@ -934,7 +1311,7 @@ fn run() -> Result<(), String> {
         }
 
         // ---- conditions on the prepopulated store: W3, W4 (16 writers, one event per append)
-        let cells: [(&str, &str, &(dyn Fn(&str, u64, u64) -> Cond + Sync)); 4] = [
+        let cells: [(&str, &str, &(dyn Fn(&str, u64, u64) -> Cond + Sync)); 5] = [
             (
                 "W3 uniqueness guard",
                 "guard on a new tag with `after` omitted (the whole log), 16 writers with a fixed count of single-event appends each (corpus_appends), events/s",
@@ -972,9 +1349,22 @@ fn run() -> Result<(), String> {
                     after: Some(last),
                 },
             ),
+            (
+                "W4 stale cursor (after = 1)",
+                "guard with `after` = 1 (the whole log back), 16 writers with a fixed count of single-event appends each (corpus_appends), events/s",
+                &|tag, _last, _stale| Cond::Guard {
+                    ty: WRITE_TYPE,
+                    tag: tag.into(),
+                    after: Some(1),
+                },
+            ),
         ];
-        for (id, desc, mk) in cells {
-            if !want(id) {
+        let stale_ratio_wanted = want(STALE_COST);
+        let mut rates: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+        for (ci, (id, desc, mk)) in cells.into_iter().enumerate() {
+            let for_ratio = stale_ratio_wanted
+                && matches!(id, "W4 head-first (after = head)" | "W4 stale cursor (after = 1)");
+            if !want(id) && !for_ratio {
                 continue;
             }
             for &k in &order {
@@ -985,7 +1375,9 @@ fn run() -> Result<(), String> {
                 } else {
                     let head = sys.head()?;
                     let stale = head / 2;
-                    let prefix = format!("{}-{round}", &id[..2]);
+                    // A prefix of this cell's own: a guard with `after` = 1 on a tag an
+                    // earlier cell appended to would be rejected.
+                    let prefix = format!("{}-{ci}-{round}", &id[..2]);
                     write_cell(
                         sys,
                         16,
@@ -998,8 +1390,41 @@ fn run() -> Result<(), String> {
                     )
                 };
                 let group = if id.starts_with("W3") { "W3" } else { "W4" };
+                if let Ok(v) = &fig {
+                    rates.insert((id, k.name()), v["value"].as_f64().unwrap_or(f64::NAN));
+                }
                 results.record(id, group, desc, "events/s", true, k, fig);
             }
+        }
+        for &k in order.iter().filter(|_| stale_ratio_wanted) {
+            let fig = stale_cost(
+                rates.get(&("W4 head-first (after = head)", k.name())),
+                rates.get(&("W4 stale cursor (after = 1)", k.name())),
+            );
+            results.record(
+                STALE_COST,
+                "W4",
+                "time per guarded append with `after` = 1 over one with `after` = the head (the two rows above, same round), x",
+                "x",
+                false,
+                k,
+                fig,
+            );
+        }
+
+        // ---- the skewed corpus: R1, R2, R4, R5, W3, W4 where a tag's size matters
+        if want_skewed {
+            skewed_round(
+                &mut results,
+                &skewed,
+                &run_dir,
+                &order,
+                &zipf,
+                skew_hot_events,
+                &scale,
+                round,
+                seed,
+            )?;
         }
 
         // ---- startup and cold reads: close, evict, reopen (timed), R3
@@ -1054,9 +1479,10 @@ fn run() -> Result<(), String> {
                 k,
                 Ok(json!({"value": rss1.saturating_sub(rss0) as f64 / 1048576.0})),
             );
-            // R3: distinct entities, read once each, right after the cold open.
-            let fig = cold_read(sys.as_ref(), scale.cold_entities, entities, seed);
-            results.record("R3 cold selective, 16 readers", "R3", "distinct entities read once each right after evicting every store file and reopening, events/s", "events/s", true, k, fig);
+            // R3: distinct entities, read once each, after evicting the store's pages again
+            // now that it is open, so nothing its open read is still cached.
+            let fig = cold_read_after_open(sys.as_ref(), &dir, scale.cold_entities, entities, seed);
+            results.record("R3 cold selective, 16 readers", "R3", "distinct entities read once each after a cold reopen and a second eviction of the open store's pages (mappings included), events/s", "events/s", true, k, fig);
             corpus.insert(k.name(), sys);
         }
         for &k in order.iter().filter(|_| want("R3 cold selective, 1 KiB")) {
@@ -1064,7 +1490,13 @@ fn run() -> Result<(), String> {
             corpus_1k.remove(k.name()).unwrap().close()?;
             machine::evict_dir(&dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
             let sys = systems::open(k, &dir, &config)?;
-            let fig = cold_read(sys.as_ref(), scale.cold_entities, entities_1k, seed);
+            let fig = cold_read_after_open(
+                sys.as_ref(),
+                &dir,
+                scale.cold_entities,
+                entities_1k,
+                seed,
+            );
             results.record(
                 "R3 cold selective, 1 KiB events, 16 readers",
                 "R3",
@@ -1076,8 +1508,23 @@ fn run() -> Result<(), String> {
             );
             corpus_1k.insert(k.name(), sys);
         }
+
+        // ---- the scale cells: one fresh child process per system and round
+        for &k in order.iter().filter(|_| want("Scale")) {
+            eprintln!("  scale cells, {} (child process)", k.name());
+            scale_run.measure(k, &scale_builds[k.name()], &mut results);
+        }
     }
-    for (_, sys) in corpus.into_iter().chain(corpus_1k) {
+    // Writer memory: once per run, each system in a fresh child on a store of its own.
+    for &k in systems.iter().filter(|_| want("Writer memory")) {
+        eprintln!(
+            "  writer memory, {}: {} events (child process)",
+            k.name(),
+            scale.writer_events
+        );
+        scale_run.writer_memory(k, &mut results);
+    }
+    for (_, sys) in corpus.into_iter().chain(corpus_1k).chain(skewed) {
         sys.close()?;
     }
     let load_end = machine::loadavg();
@@ -1102,6 +1549,21 @@ fn run() -> Result<(), String> {
         "loadavg_end": load_end,
         "duration_seconds": total,
         "corpus_build": build,
+        "skewed_corpus": {
+            "events": scale.corpus,
+            "entities": zipf.entities(),
+            "zipf_exponent": zipf.exponent,
+            "hot_entity_events": skew_hot_events,
+            "build": build_skewed,
+        },
+        "scale": {
+            "events": scale.scale_events,
+            "writer_events": scale.writer_events,
+            "segment_size_bytes": scale_run.segment_size,
+            "build": scale_builds.iter().map(|(k, v)| (k.to_string(), v.clone().unwrap_or_else(|e| json!({"error": e})))).collect::<serde_json::Map<_, _>>(),
+            "process": "each system in a fresh child process (lapilli-bench scale-child): build once per run, measure once per round, writer memory once per run",
+        },
+        "eviction": "store closed: posix_fadvise(POSIX_FADV_DONTNEED) on every file of the store (after fdatasync); store open (R3, scale cold reads): first madvise(MADV_DONTNEED) on this process's shared or read-only mappings of the store's files (from /proc/self/maps), then the same fadvise; mincore residency recorded in each figure",
         "interleaving": "per cell, every system in turn; the order rotates each round",
         "umadb_writer": format!("writer_thread_blocking, append_batch_max_events = {} (its server's value)", systems::UMADB_APPEND_BATCH_MAX_EVENTS),
         "tephra_config": "SegmentSet + WriteCoordinator, WriterConfig::default()",

@@ -91,6 +91,130 @@ fn fmt(v: f64) -> String {
 
 const PEERS: [(&str, &str); 2] = [("tephra", "Tephra"), ("umadb", "UmaDB")];
 
+/// A target of issue 14 for one row.
+#[derive(Clone, Copy)]
+enum Target {
+    /// Lapilli at least this many times better than the peer: its figure >= f x the peer's
+    /// where higher is better, the peer's >= f x Lapilli's where lower is better (so f = 10
+    /// on open time is "10 times faster", f = 0.1 "within 10 times", f = 4 on RSS "1/4").
+    Peer(&'static str, f64),
+    /// Lapilli's own figure at most this (a ratio, or MiB).
+    AtMost(f64),
+}
+
+/// The targets of a row, by its id (issue 14, "Targets").
+fn targets(id: &str) -> Vec<Target> {
+    use Target::*;
+    const COLD: [Target; 2] = [Peer("umadb", 1.0), Peer("tephra", 1.25)];
+    let starts = |p: &str| id.starts_with(p);
+    if id.contains("stale cursor cost") {
+        vec![AtMost(1.5)]
+    } else if starts("Writer memory steady") {
+        vec![AtMost(128.0)]
+    } else if starts("Writer memory") {
+        vec![]
+    } else if id.contains("open time") {
+        vec![Peer("tephra", 10.0), Peer("umadb", 0.1)]
+    } else if id.contains("RSS growth") {
+        vec![Peer("tephra", 4.0)]
+    } else if starts("R3") || starts("Scale cold read") || starts("Scale newest event") {
+        COLD.to_vec()
+    } else if starts("Scale catch-up") {
+        vec![Peer("tephra", 1.25)]
+    } else if id.contains("latency") && (starts("R5") || starts("W2")) {
+        vec![Peer("tephra", 1.0)]
+    } else if starts("R4") {
+        vec![Peer("tephra", 1.25), Peer("umadb", 1.5)]
+    } else if starts("R1") || starts("R2") || starts("R5") || starts("W") {
+        vec![Peer("tephra", 1.25)]
+    } else {
+        vec![]
+    }
+}
+
+fn peer_name(sys: &str) -> &'static str {
+    PEERS
+        .iter()
+        .find(|(s, _)| *s == sys)
+        .map(|(_, n)| *n)
+        .unwrap_or("?")
+}
+
+fn target_text(t: Target, hib: bool, unit: &str) -> String {
+    match t {
+        Target::Peer(sys, f) => {
+            let name = peer_name(sys);
+            match (hib, f) {
+                (true, f) => format!("≥{f}x {name}"),
+                (false, f) if f == 1.0 => format!("≤ {name}'s"),
+                (false, f) if f > 1.0 && unit == "ms" => format!("≥{f}x faster than {name}"),
+                (false, f) if f > 1.0 => format!("≤1/{f} of {name}'s"),
+                (false, f) => format!("within {}x of {name}", 1.0 / f),
+            }
+        }
+        Target::AtMost(v) => format!("≤ {v}{}", if unit == "x" { "x".into() } else { format!(" {unit}") }),
+    }
+}
+
+/// Whether Lapilli's median meets target `t`, and how far it got (better-ness against the
+/// peer, or its own figure), or `None` without the figures to say.
+fn meets(t: Target, hib: bool, fig: &dyn Fn(&str) -> Option<f64>) -> Option<(bool, f64)> {
+    let l = fig("lapilli")?;
+    match t {
+        Target::Peer(sys, f) => {
+            let p = fig(sys)?;
+            let ok = if hib { l >= f * p } else { l * f <= p };
+            let better = if hib { l / p } else { p / l };
+            Some((ok, better))
+        }
+        Target::AtMost(v) => Some((l <= v, l)),
+    }
+}
+
+/// The verdict column: every target of the row met, or which not and by how much.
+fn target_verdict(c: &Value) -> (String, String, Option<String>) {
+    let id = c["id"].as_str().unwrap_or("");
+    let hib = c["higher_is_better"].as_bool().unwrap_or(true);
+    let unit = c["unit"].as_str().unwrap_or("");
+    let fig = |sys: &str| c["systems"][sys]["median"].as_f64();
+    let ts = targets(id);
+    if ts.is_empty() {
+        return ("—".into(), "no target".into(), None);
+    }
+    let text = ts
+        .iter()
+        .map(|&t| target_text(t, hib, unit))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut misses = Vec::new();
+    let mut unknown = Vec::new();
+    for &t in &ts {
+        match meets(t, hib, &fig) {
+            Some((true, _)) => {}
+            Some((false, got)) => misses.push(match t {
+                Target::Peer(sys, _) if hib => format!("{got:.2}x {}", peer_name(sys)),
+                Target::Peer(sys, _) if got >= 1.0 => {
+                    format!("{got:.2}x better than {}", peer_name(sys))
+                }
+                Target::Peer(sys, _) if got == 0.0 => format!("{}'s is 0", peer_name(sys)),
+                Target::Peer(sys, _) => format!("{:.2}x worse than {}", 1.0 / got, peer_name(sys)),
+                Target::AtMost(_) if unit == "x" => format!("{}x", fmt(got)),
+                Target::AtMost(_) => format!("{} {unit}", fmt(got)),
+            }),
+            None => unknown.push(target_text(t, hib, unit)),
+        }
+    }
+    let verdict = if !misses.is_empty() {
+        format!("**misses**: {}", misses.join("; "))
+    } else if !unknown.is_empty() {
+        format!("no figure for {}", unknown.join("; "))
+    } else {
+        "meets".into()
+    };
+    let miss = (!misses.is_empty()).then(|| format!("{id}: {} (target {text})", misses.join("; ")));
+    (text, verdict, miss)
+}
+
 pub fn markdown(doc: &Value) -> String {
     let mut s = String::new();
     let run = &doc["run"];
@@ -134,9 +258,12 @@ pub fn markdown(doc: &Value) -> String {
     );
 
     s += "## Lapilli against its peers\n\n";
-    s += "Ratio = Lapilli / peer of the figure in that row (for latency and time rows lower is better, so a ratio above 1 is a loss).\n\n";
-    s += "| workload | unit | Lapilli | Tephra | UmaDB | Lapilli / Tephra | Lapilli / UmaDB | verdict |\n";
-    s += "|---|---|---:|---:|---:|---:|---:|---|\n";
+    s += "Ratio = Lapilli / peer of the figure in that row (for latency, time, memory and cost rows lower is better, so a ratio above 1 is a loss). \
+          Target = issue 14's target for the row (\"≥1.25x Tephra\": Lapilli's figure at least 1.25 times Tephra's; for lower-is-better rows \
+          \"≥10x faster\", \"≤1/4 of\", \"within 10x of\" compare the same way; \"≤ 1.5x\" and \"≤ 128 MiB\" are Lapilli's own figure); \
+          the verdict says whether the medians meet it, and where not, how far Lapilli got.\n\n";
+    s += "| workload | unit | Lapilli | Tephra | UmaDB | Lapilli / Tephra | Lapilli / UmaDB | target | verdict | against the peers |\n";
+    s += "|---|---|---:|---:|---:|---:|---:|---|---|---|\n";
     let mut notes: Vec<String> = Vec::new();
     let mut note = |text: &str| -> usize {
         match notes.iter().position(|n| n == text) {
@@ -149,6 +276,7 @@ pub fn markdown(doc: &Value) -> String {
     };
     let cells = doc["cells"].as_array().cloned().unwrap_or_default();
     let mut losses: Vec<String> = Vec::new();
+    let mut target_misses: Vec<String> = Vec::new();
     for c in &cells {
         let hib = c["higher_is_better"].as_bool().unwrap_or(true);
         let fig = |sys: &str| c["systems"][sys]["median"].as_f64();
@@ -201,8 +329,10 @@ pub fn markdown(doc: &Value) -> String {
                 _ => ratios.push("—".into()),
             }
         }
+        let (target, target_verdict, miss) = target_verdict(c);
+        target_misses.extend(miss);
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             c["id"].as_str().unwrap_or(""),
             c["unit"].as_str().unwrap_or(""),
             cols[0],
@@ -210,8 +340,18 @@ pub fn markdown(doc: &Value) -> String {
             cols[2],
             ratios[0],
             ratios[1],
+            target,
+            target_verdict,
             verdict.join("; ")
         );
+    }
+
+    s += "\n### Rows that miss their target (issue 14)\n\n";
+    if target_misses.is_empty() {
+        s += "None in this run.\n";
+    }
+    for m in &target_misses {
+        s += &format!("- {m}\n");
     }
 
     s += "\n### Where Lapilli loses (median below 0.95 of a peer's)\n\n";
@@ -297,12 +437,43 @@ pub fn markdown(doc: &Value) -> String {
         }
         if !parts.is_empty() {
             s += &format!(
-                "\nHow cold R3 and the startup were: store bytes in the page cache right after the cold open \
-                 (medians): {}. What an open reads stays cached for the reads after it, so a store whose open \
-                 reads its whole log answers R3 from memory at this corpus size.\n",
+                "\nHow cold the startup was: store bytes in the page cache right after the cold open \
+                 (medians): {}.\n",
                 parts.join("; ")
             );
         }
+    }
+    // How cold the cold reads were: what the eviction after the open left.
+    let mut cold_parts = Vec::new();
+    for id in [
+        "R3 cold selective, 16 readers",
+        "Scale cold read, hot entity",
+        "Scale cold read, rare entity",
+    ] {
+        let Some(c) = cells.iter().find(|c| c["id"] == id) else {
+            continue;
+        };
+        let mut parts = Vec::new();
+        for (sys, name) in [
+            ("lapilli", "Lapilli"),
+            ("tephra", "Tephra"),
+            ("umadb", "UmaDB"),
+        ] {
+            if let Some(r) = median_key(&c["systems"][sys], "resident_bytes_after_evict") {
+                parts.push(format!("{name} {:.1} MiB", r / 1048576.0));
+            }
+        }
+        if !parts.is_empty() {
+            cold_parts.push(format!("{id}: {}", parts.join(", ")));
+        }
+    }
+    if !cold_parts.is_empty() {
+        s += &format!(
+            "\nHow cold the cold reads were: each starts after the store's pages were evicted again with the \
+             store open (its mappings of the files dropped first, see bench/README.md), so nothing the open read \
+             serves them. Store bytes still in the page cache when the reads began (medians): {}.\n",
+            cold_parts.join("; ")
+        );
     }
 
     // Lapilli against the machine.
@@ -318,43 +489,51 @@ pub fn markdown(doc: &Value) -> String {
         })
     };
     s += "\n## Lapilli against the machine's limits (measured in the same run)\n\n";
-    s += "| what | Lapilli | machine limit | Lapilli / limit |\n|---|---:|---:|---:|\n";
+    s += "| what | Lapilli | machine limit | Lapilli / limit | target | verdict |\n|---|---:|---:|---:|---|---|\n";
     let fsync_p50 = lim["fdatasync_4k_overwrite_p50_us"].as_f64();
-    let rows: Vec<(&str, Option<f64>, Option<f64>, &str)> = vec![
+    // The last field: issue 14's target for Lapilli / limit, where it sets one.
+    let rows: Vec<(&str, Option<f64>, Option<f64>, Option<f64>)> = vec![
         (
             "1 writer, unbatched: appends/s vs fdatasyncs/s of a 4 KiB overwrite",
             get("W2 unbatched, 1 writers", "value"),
             fsync_p50.map(|u| 1e6 / u),
-            "/s",
+            Some(0.8),
         ),
         (
             "1 writer: append p50 latency vs fdatasync p50 of a 4 KiB overwrite (us; lower is better)",
             get("W2 p50 latency, 1 writers", "value"),
             fsync_p50,
-            "us",
+            None,
         ),
         (
             "batch 512, 64 writers: payload bytes/s vs sequential write bandwidth",
             get("W1 batch 512, 64 writers", "value").map(|e| e * crate::EVENT_BYTES as f64),
             lim["seq_write_bytes_per_s"].as_f64(),
-            "B/s",
+            Some(0.5),
         ),
         (
             "R3 cold selective: events/s vs cold random 4 KiB reads/s (16 threads)",
             get("R3 cold selective, 16 readers", "value"),
             lim["cold_random_4k_reads_per_s_16_threads"].as_f64(),
-            "/s",
+            None,
         ),
     ];
-    for (what, l, limit, _unit) in rows {
-        let r = match (l, limit) {
-            (Some(l), Some(m)) if m > 0.0 => format!("{:.2}", l / m),
-            _ => "—".into(),
+    for (what, l, limit, target) in rows {
+        let ratio = match (l, limit) {
+            (Some(l), Some(m)) if m > 0.0 => Some(l / m),
+            _ => None,
+        };
+        let (t, verdict) = match (target, ratio) {
+            (None, _) => ("—".to_string(), "no target".to_string()),
+            (Some(t), Some(r)) if r >= t => (format!("≥ {t}"), "meets".into()),
+            (Some(t), Some(r)) => (format!("≥ {t}"), format!("**misses**: {r:.2}")),
+            (Some(t), None) => (format!("≥ {t}"), "no figure".into()),
         };
         s += &format!(
-            "| {what} | {} | {} | {r} |\n",
+            "| {what} | {} | {} | {} | {t} | {verdict} |\n",
             l.map(fmt).unwrap_or("—".into()),
-            limit.map(fmt).unwrap_or("—".into())
+            limit.map(fmt).unwrap_or("—".into()),
+            ratio.map(|r| format!("{r:.2}")).unwrap_or("—".into()),
         );
     }
     s += &format!(

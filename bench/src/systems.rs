@@ -73,8 +73,8 @@ pub trait System: Send + Sync {
     fn head(&self) -> Res<u64>;
     /// Reads `(after, head]` forwards, or from the head backwards, visiting every payload.
     fn read(&self, q: &Q, after: u64, limit: Option<u64>, backwards: bool) -> Res<ReadOut>;
-    /// Subscribes to everything from position 0 and takes `expected` events.
-    fn catch_up(&self, expected: u64) -> Res<ReadOut>;
+    /// Subscribes to `q` from position 0 and takes `expected` events.
+    fn catch_up(&self, q: &Q, expected: u64) -> Res<ReadOut>;
     /// Subscribes to `tag`, then appends `n` events one at a time, each tagged `tag`, with its
     /// index in the first 8 bytes: the time from each append call to its delivery.
     fn live_latency(&self, tag: &str, n: usize, data_len: usize) -> Res<Vec<Duration>>;
@@ -253,10 +253,10 @@ impl System for Lap {
         Ok(out)
     }
 
-    fn catch_up(&self, expected: u64) -> Res<ReadOut> {
+    fn catch_up(&self, q: &Q, expected: u64) -> Res<ReadOut> {
         let sub = self
             .store
-            .subscribe(&lap::Query::all(), lap::Position(0))
+            .subscribe(&Self::query(q), lap::Position(0))
             .map_err(|e| e.to_string())?;
         let mut out = ReadOut::default();
         while out.events < expected {
@@ -419,10 +419,10 @@ impl System for Teph {
         Ok(out)
     }
 
-    fn catch_up(&self, expected: u64) -> Res<ReadOut> {
+    fn catch_up(&self, q: &Q, expected: u64) -> Res<ReadOut> {
         let mut sub = self
             .handle
-            .subscribe(tp::Query::all(), tp::Position::ZERO)
+            .subscribe(Self::query(q)?, tp::Position::ZERO)
             .with_max_batch_events(1024);
         let mut out = ReadOut::default();
         while out.events < expected {
@@ -613,7 +613,7 @@ impl System for Uma {
         Ok(out)
     }
 
-    fn catch_up(&self, _expected: u64) -> Res<ReadOut> {
+    fn catch_up(&self, _q: &Q, _expected: u64) -> Res<ReadOut> {
         Err(unsupported(Kind::Umadb, "subscribe").unwrap().into())
     }
 
