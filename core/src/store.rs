@@ -248,6 +248,14 @@ impl Store {
     /// Hands an append to the writer and returns at once (unless the queue is full): wait on
     /// the result or `.await` it. Bad input is answered without reaching the writer.
     pub fn submit(&self, events: Vec<Event>, condition: Option<AppendCondition>) -> PendingAppend {
+        let events: Vec<&Event> = events.iter().collect();
+        self.submit_borrowed(&events, condition)
+    }
+
+    /// [`Store::submit`] for events the caller keeps: they are only read (validated and encoded
+    /// into the request), never copied whole, so a binding whose events live in its runtime's
+    /// objects hands them over as they are.
+    pub fn submit_borrowed(&self, events: &[&Event], condition: Option<AppendCondition>) -> PendingAppend {
         let parts = match self.prepare(events, condition) {
             Ok(parts) => parts,
             Err(err) => return PendingAppend::ready(&self.completions, Err(err)),
@@ -270,7 +278,7 @@ impl Store {
     /// Validates and encodes on the caller's thread, off the writer's path.
     fn prepare(
         &self,
-        events: Vec<Event>,
+        events: &[&Event],
         condition: Option<AppendCondition>,
     ) -> Result<AppendRequestParts> {
         let fail = Err;
