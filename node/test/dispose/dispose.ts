@@ -88,12 +88,24 @@ export async function readsAndSubscriptions(dir: string): Promise<Record<string,
     await using events = subIterated[Symbol.asyncIterator]()
     await events.next()
   }
+  // A read disposed while it prefetches its next batch lets its snapshot go when that batch
+  // comes back (the native side holds it until then), so give it that long.
   return {
     firstPosition,
-    readClosed: read.closed,
-    halfReadClosed: halfRead.closed,
-    iteratedClosed: iterated.closed,
+    readClosed: await soon(() => read.closed),
+    halfReadClosed: await soon(() => halfRead.closed),
+    iteratedClosed: await soon(() => iterated.closed),
     subClosed: sub.closed,
     subIteratedClosed: subIterated.closed,
   }
+}
+
+/** Whether `check` holds within two seconds. */
+async function soon(check: () => boolean): Promise<boolean> {
+  const deadline = Date.now() + 2000
+  while (!check()) {
+    if (Date.now() >= deadline) return false
+    await new Promise((resolve) => setTimeout(resolve, 5))
+  }
+  return true
 }
