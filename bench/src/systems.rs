@@ -259,21 +259,19 @@ impl System for Lap {
             .subscribe(&Self::query(q), lap::Position(0))
             .map_err(|e| e.to_string())?;
         let mut out = ReadOut::default();
+        // The subscription's zero-copy batches (`try_visit`), as Tephra's driver reads its
+        // batches' shared buffers: what a projection catching up would use.
         while out.events < expected {
-            let batch = sub
-                .next_batch(1024, Some(Duration::from_secs(5)))
+            let seen = sub
+                .try_visit(1024, |e| {
+                    out.events += 1;
+                    out.bytes += e.data.len() as u64;
+                    out.last = e.position.get();
+                })
                 .map_err(|e| e.to_string())?
                 .ok_or("lapilli subscription ended")?;
-            if batch.is_empty() {
-                return Err(format!(
-                    "lapilli catch-up stalled at {} of {expected}",
-                    out.events
-                ));
-            }
-            for e in &batch {
-                out.events += 1;
-                out.bytes += e.data.len() as u64;
-                out.last = e.position.get();
+            if seen == 0 {
+                return Err(format!("lapilli catch-up stalled at {} of {expected}", out.events));
             }
         }
         Ok(out)
