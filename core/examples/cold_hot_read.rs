@@ -37,10 +37,15 @@ fn main() {
     let started = Instant::now();
     let store = Store::open(&dir, options).unwrap();
     println!("open {:?} {:?}", started.elapsed(), store.recovery().scanned_log_bytes);
-    evict(&dir);
-    let started = Instant::now();
-    let mut read = store.read(&Query::for_tags(["entity:hot"]), ReadOptions::default()).unwrap();
-    let n = read.visit(usize::MAX, |_| ()).unwrap();
-    println!("cold hot read: {n} events in {:?}", started.elapsed());
+    let cold = |name: &str, query: Query, options: ReadOptions| {
+        evict(&dir);
+        let started = Instant::now();
+        let mut read = store.read(&query, options).unwrap();
+        let n = read.visit(usize::MAX, |_| ()).unwrap();
+        println!("cold {name}: {n} events in {:?}", started.elapsed());
+    };
+    cold("newest of the hot entity", Query::for_tags(["entity:hot"]), ReadOptions { backwards: true, limit: Some(1), ..Default::default() });
+    cold("rare entity", Query::for_tags(["entity:12345"]), ReadOptions::default());
+    cold("hot entity", Query::for_tags(["entity:hot"]), ReadOptions::default());
     store.close().unwrap();
 }

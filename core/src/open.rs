@@ -476,6 +476,10 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         // directory, say) only makes writing that index fail, which is not fatal either.
         let _ = fs::remove_file(leftover);
     }
+    // Like a sealed segment's: read by point fetches through the index, and ahead only by the
+    // walks that prefetch (a page fault would otherwise read 128 KiB around each event a cold
+    // selective read needs).
+    log.advise_point_reads();
     let capacity = log.len() as u64;
     let part_entries: Vec<Arc<SegmentEntry>> = accepted
         .parts

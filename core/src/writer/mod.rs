@@ -423,6 +423,7 @@ impl Writer {
             }
         };
         let Installed { file, path, log, header_crc: chain } = installed;
+        log.advise_point_reads(); // as at open
         let index = Arc::new(TailIndex::new());
         let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), Arc::new(log), SegmentIndex::Tail(index.clone())));
         self.published.add_segment(entry.clone());
