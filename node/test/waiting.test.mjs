@@ -150,3 +150,47 @@ test('a timed-out nextBatch leaves no wait behind: a commit after it goes to the
     assert.equal(await sub.nextBatch(10), null)
   })
 })
+
+test('consumers sharing one wait: one timing out or aborting leaves the other waiting', async () => {
+  await withStore(async (store) => {
+    const sub = store.subscribe(Query.all())
+    const patient = sub.nextBatch(10)
+    const controller = new AbortController()
+    const aborted = sub.nextBatch(10, undefined, { signal: controller.signal })
+    assert.deepEqual(await sub.nextBatch(10, 20), [])
+    controller.abort()
+    await assert.rejects(aborted, { name: 'AbortError' })
+    await store.append([{ type: 'A' }])
+    assert.deepEqual((await patient).map((e) => e.type), ['A'])
+    sub.close()
+  })
+})
+
+test('a wait that timed out or was aborted does not keep the process alive', async () => {
+  const { spawn } = await import('node:child_process')
+  const lapilli = path.join(path.dirname(new URL(import.meta.url).pathname), '..', 'lapilli.js')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-waiting-'))
+  try {
+    const source = `import { Store, Query } from ${JSON.stringify(lapilli)};
+      const store = await Store.open(process.argv[process.argv.length - 1], { durability: 'buffered' });
+      const sub = store.subscribe(Query.all());
+      console.log(JSON.stringify(await sub.nextBatch(10, 30)));
+      const waiting = sub.nextBatch(10, undefined, { signal: AbortSignal.timeout(30) });
+      console.log(await waiting.catch((e) => e.name + ':' + e.cause.name));`
+    const child = spawn(process.execPath, ['--input-type=module', '-e', source, '--', path.join(dir, 'store')], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let out = ''
+    let err = ''
+    child.stdout.on('data', (d) => (out += d))
+    child.stderr.on('data', (d) => (err += d))
+    const killer = setTimeout(() => child.kill('SIGKILL'), 10000)
+    const [code, signal] = await new Promise((resolve) => child.on('exit', (c, s) => resolve([c, s])))
+    clearTimeout(killer)
+    assert.equal(signal, null, `killed: a cancelled wait kept the process alive; ${err}`)
+    assert.equal(code, 0, err)
+    assert.equal(out.trim(), '[]\nAbortError:TimeoutError')
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})
