@@ -98,8 +98,9 @@ export interface SubscribeOptions {
 }
 
 export interface NextBatchOptions {
-  /** Aborting rejects this call with an AbortError; the subscription goes on, and events the
-   * call's wait brings in are kept for the next call. */
+  /** Aborting rejects this call with an AbortError at once and ends its wait (a following
+   * call is not held up by it); the subscription goes on, and events a catch-up batch already
+   * in flight brings in are kept for the next call. */
   signal?: AbortSignal
 }
 
@@ -133,7 +134,9 @@ export declare class ReadResult implements AsyncIterable<SequencedEvent>, Dispos
 }
 
 /** History, then live commits, in position order. `break` in `for await`, `using` and
- * `await using` close it. */
+ * `await using` close it. A consumer waiting for live commits holds no thread (the store tells
+ * it when the head moves) and keeps the process alive, as a pending socket read does; closing
+ * the subscription or the store ends the wait. */
 export declare class Subscription implements AsyncIterable<SequencedEvent>, Disposable, AsyncDisposable {
   private constructor()
   /** True when everything committed so far has been handed out. */

@@ -23,8 +23,11 @@ const {
 const FIRST_READ_BATCH = 512
 const READ_BATCH = 4096
 const SUBSCRIPTION_BATCH = 1024
-/** Subscription waits are cut into slices so no native wait outlives a close for long. */
-const WAIT_SLICE_MS = 250
+/** Most events a subscription takes on the JS thread after a wake-up (the commit just made,
+ * in the page cache); a larger backlog is produced off the thread, as catch-up is. */
+const LIVE_BATCH = 256
+/** setTimeout's longest delay; a longer timeout waits in several. */
+const MAX_TIMER_MS = 0x7fffffff
 
 // Node 18.18+ and 20.4+ define both symbols (as `Symbol.for('nodejs.dispose')` and
 // `Symbol.for('nodejs.asyncDispose')`); on an older runtime the same registered symbols are what
@@ -414,9 +417,15 @@ class Subscription {
   #next = 0
   #position
   #ended = false
-  /** The native wait in progress, if any: one at a time, whoever started it (a call that was
-   * aborted leaves it running; what it brings is kept in `#buffer` for the next call). */
+  /** The catch-up batch being produced off the JS thread, if any: one at a time, whoever
+   * started it (a call that was aborted leaves it running; what it brings is kept in
+   * `#buffer` for the next call). It never waits for commits. */
   #inflight = null
+  /** The wait for the native side to have something new, shared by concurrent consumers:
+   * `{ promise, resolve, waiters }`, null when nobody waits. */
+  #ready = null
+  /** Set when a wait was answered: what it brings is taken on the JS thread. */
+  #woken = false
   /** The AbortError once the subscription's own signal aborted. */
   #abortError = null
   /** Rejects with that AbortError; null without a signal. */
@@ -478,38 +487,55 @@ class Subscription {
   }
 
   /**
-   * Waits, in slices, until `#buffer` holds an event (true), `timeoutMs` passes or the
-   * subscription ends (false); rejects with an AbortError when a signal aborts.
+   * Waits until `#buffer` holds an event (true), `timeoutMs` passes or the subscription ends
+   * (false); rejects with an AbortError when a signal aborts. History comes in batches made off
+   * the JS thread; live commits by a wake-up from the native side (no thread waits, nothing
+   * polls), after which the fresh events are taken here.
    */
   async #fill(max, timeoutMs, signal) {
-    const deadline = timeoutMs === undefined ? Infinity : Date.now() + Math.max(0, timeoutMs)
+    const deadline = timeoutMs === undefined ? Infinity : performance.now() + Math.max(0, timeoutMs)
     while (true) {
       if (this.#abortError !== null) throw this.#abortError
       if (signal !== undefined && signal.aborted) throw abortError(signal)
       if (this.#next < this.#buffer.length) return true
-      if (this.#ended) return false
-      const slice = Math.min(WAIT_SLICE_MS, Math.max(0, deadline - Date.now()))
-      const pulled = this.#pull(max, slice)
-      await abortable(this.#aborted === null ? pulled : Promise.race([pulled, this.#aborted]), signal)
-      if (this.#next < this.#buffer.length) return true
-      if (this.#ended) return false
-      if (Date.now() >= deadline) return false
+      // Closed natively too (the store closed): a caught-up subscription learns it here.
+      if (this.#ended || this.#native.closed) {
+        this.#ended = true
+        return false
+      }
+      if (this.#woken && this.#inflight === null) {
+        this.#woken = false
+        this.#take(call(() => this.#native.tryNextBatch(Math.min(max, LIVE_BATCH))))
+        continue
+      }
+      if (this.#inflight !== null || !this.#native.caughtUp) {
+        const pulled = this.#pull(max)
+        await abortable(this.#aborted === null ? pulled : Promise.race([pulled, this.#aborted]), signal)
+        continue
+      }
+      const remaining = deadline - performance.now()
+      if (remaining <= 0) return false
+      await this.#wait(remaining, signal)
     }
   }
 
-  /** Starts a native wait unless one is running; its events land in `#buffer`. */
-  #pull(max, slice) {
+  /** Keeps what a native batch brought: its events in `#buffer`, or the end. */
+  #take(batch) {
+    if (batch === null || batch === undefined) {
+      this.#ended = true
+    } else if (batch.count > 0 && !this.#ended) {
+      this.#buffer = decodeBatch(batch, this.#buffer.slice(this.#next))
+      this.#next = 0
+    }
+  }
+
+  /** Starts a catch-up batch off the JS thread unless one is running; it lands in `#buffer`. */
+  #pull(max) {
     if (this.#inflight === null) {
-      const pulled = settle(call(() => this.#native.nextBatch(max, slice))).then(
+      const pulled = settle(call(() => this.#native.nextBatch(max))).then(
         (batch) => {
           this.#inflight = null
-          if (batch === null || batch === undefined) {
-            this.#ended = true
-          } else if (batch.count > 0 && !this.#ended) {
-            const events = this.#buffer.slice(this.#next)
-            this.#buffer = decodeBatch(batch, events)
-            this.#next = 0
-          }
+          this.#take(batch)
         },
         (err) => {
           this.#inflight = null
@@ -522,6 +548,44 @@ class Subscription {
     return this.#inflight
   }
 
+  /**
+   * Resolves when the native side may have something new (a commit, the end), after `ms`, or
+   * rejects when a signal aborts. One native wait serves every consumer waiting at once; when
+   * the last of them stops (timeout, abort) it is cancelled, so it holds nothing afterwards
+   * (and a following call is not held up by it).
+   */
+  async #wait(ms, signal) {
+    let ready = this.#ready
+    if (ready === null) {
+      let resolve
+      const promise = new Promise((r) => (resolve = r))
+      ready = this.#ready = { promise, resolve, waiters: 0 }
+      const answered = () => {
+        if (this.#ready === ready) {
+          this.#ready = null
+          this.#woken = true
+        }
+        resolve()
+      }
+      call(() => this.#native.onReady(answered))
+    }
+    ready.waiters++
+    let timer
+    const racers = [ready.promise]
+    if (ms !== Infinity) racers.push(new Promise((r) => (timer = setTimeout(r, Math.min(ms, MAX_TIMER_MS)))))
+    if (this.#aborted !== null) racers.push(this.#aborted)
+    try {
+      await abortable(racers.length === 1 ? ready.promise : Promise.race(racers), signal)
+    } finally {
+      clearTimeout(timer)
+      ready.waiters--
+      if (ready.waiters === 0 && this.#ready === ready) {
+        this.#ready = null
+        this.#native.cancelWait()
+      }
+    }
+  }
+
   /** Ends the subscription; a pending `nextBatch` or `for await` finishes. Idempotent. */
   close() {
     this.#ended = true
@@ -532,6 +596,13 @@ class Subscription {
       this.#stopListening = null
     }
     this.#native.close()
+    // Waiting consumers end now rather than when the native side's answer to the close comes.
+    const ready = this.#ready
+    if (ready !== null) {
+      this.#ready = null
+      this.#native.cancelWait()
+      ready.resolve()
+    }
   }
 
   /** `using sub = store.subscribe(...)`: closes the subscription at the end of the block. */

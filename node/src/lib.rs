@@ -5,9 +5,12 @@
 //! of [`to_js_error`] into `LapilliError` subclasses and decodes [`Batch`]es into event objects.
 //!
 //! Threads: `head`, `read` (a snapshot) and `subscribe` are cheap and answer on the JS thread;
-//! `open`, `append` (waiting for the group commit), batch production, subscription waits and
+//! `open`, `append` (waiting for the group commit), read batches, subscription catch-up and
 //! `close` run on napi's tokio runtime (`spawn_blocking` where they may block), so the event
-//! loop is never held up by an fsync or a page fault.
+//! loop is never held up by an fsync or a page fault. A subscription waiting for live commits
+//! holds no thread: it registers a threadsafe function with core's `Subscription::on_ready`,
+//! called from the store's completion thread when the head moves or the store closes, and
+//! takes the few fresh events on the JS thread (`try_next_batch`).
 //!
 //! `append` copies its events out of the JS values (they are only borrowed) and puts them on
 //! the store's [`Submitter`]: an unbounded FIFO drained by one thread per store, which calls
@@ -26,7 +29,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use lapilli_core as core;
 use napi::bindgen_prelude::*;
@@ -181,17 +183,6 @@ impl BatchBuilder {
 
     fn push_view(&mut self, view: &core::EventView<'_>) {
         self.push(view.position, view.recorded_at, view.event_type, view.tags(), view.tag_count(), view.data);
-    }
-
-    fn push_owned(&mut self, event: &core::SequencedEvent) {
-        self.push(
-            event.position,
-            event.recorded_at,
-            &event.event_type,
-            event.tags.iter().map(String::as_str),
-            event.tags.len(),
-            &event.data,
-        );
     }
 
     fn finish(self) -> Result<Batch> {
@@ -480,7 +471,7 @@ impl NativeStore {
     pub fn subscribe(&self, query: NativeQuery, after: f64) -> Result<NativeSubscription> {
         let after = position_arg("after", after)?;
         let subscription = self.inner.subscribe(&query.into(), after).map_err(to_js_error)?;
-        Ok(NativeSubscription { inner: Arc::new(subscription) })
+        Ok(NativeSubscription { inner: Arc::new(subscription), wait: Arc::default() })
     }
 
     /// Submits what `append` queued before it, answers it, stops the writer, ends
@@ -568,35 +559,96 @@ impl NativeRead {
     }
 }
 
+/// The JS function to call when a subscription may have something new, as a threadsafe
+/// function: called from the store's completion thread, run on the JS thread.
+type ReadyCallback = napi::threadsafe_function::ThreadsafeFunction<(), Unknown<'static>, (), Status, false>;
+
+/// A subscription's wait in progress: at most one, its callback held here (not in core) so that
+/// `cancel_wait` can let it go at once. `generation` tells a registration that was cancelled or
+/// replaced (core still holds it until the next notification, or calls it when a newer one
+/// registers) from the current one, so a stale registration never fires a newer wait.
+#[derive(Default)]
+struct Wait {
+    generation: u64,
+    callback: Option<ReadyCallback>,
+}
+
 #[napi]
 pub struct NativeSubscription {
     inner: Arc<core::Subscription>,
+    wait: Arc<Mutex<Wait>>,
+}
+
+impl NativeSubscription {
+    /// Up to `max` events that are there now, packed; None once ended.
+    fn take(subscription: &core::Subscription, max: usize) -> Result<Option<Batch>> {
+        let mut batch = BatchBuilder::default();
+        match subscription.try_visit(max, |view| batch.push_view(view)).map_err(to_js_error)? {
+            None => Ok(None),
+            Some(_) => batch.finish().map(Some),
+        }
+    }
 }
 
 #[napi]
 impl NativeSubscription {
-    /// Up to `max` events, waiting at most `timeout_ms` (0: what is there now). Resolves
-    /// `null` once the subscription or its store is closed, an empty batch on timeout.
+    /// Up to `max` events that are there now (an empty batch: nothing yet; `null`: ended),
+    /// produced off the JS thread: for catching up, where the log's pages may be cold and the
+    /// batch large. Never waits.
     #[napi]
-    pub fn next_batch<'env>(
-        &self,
-        env: &'env Env,
-        max: u32,
-        timeout_ms: f64,
-    ) -> Result<PromiseRaw<'env, Option<Batch>>> {
+    pub fn next_batch<'env>(&self, env: &'env Env, max: u32) -> Result<PromiseRaw<'env, Option<Batch>>> {
         let subscription = self.inner.clone();
         let max = max.max(1) as usize;
-        let timeout = Duration::from_secs_f64(timeout_ms.max(0.0) / 1000.0);
-        env.spawn_future(blocking(move || {
-            let Some(events) = subscription.next_batch(max, Some(timeout)).map_err(to_js_error)? else {
-                return Ok(None);
+        env.spawn_future(blocking(move || NativeSubscription::take(&subscription, max)))
+    }
+
+    /// `next_batch` on the JS thread, for what a wake-up brings: a few events just committed,
+    /// still in the page cache. The caller keeps `max` small.
+    #[napi]
+    pub fn try_next_batch(&self, max: u32) -> Result<Option<Batch>> {
+        NativeSubscription::take(&self.inner, max.max(1) as usize)
+    }
+
+    /// Calls `callback` once, on the JS thread, as soon as `try_next_batch` may answer
+    /// something new: a commit past what was scanned, the end of the subscription or the store,
+    /// a follower's failure; at once if that holds already. Replaces a wait not yet called
+    /// (which is then never called). No thread waits: core calls back from the store's
+    /// completion thread. While registered, the callback keeps the process alive, as a pending
+    /// read on a socket does.
+    #[napi]
+    pub fn on_ready(&self, callback: ReadyCallback) {
+        let generation = {
+            let mut wait = self.wait.lock().unwrap_or_else(|p| p.into_inner());
+            wait.generation += 1;
+            wait.callback = Some(callback);
+            wait.generation
+        };
+        let wait = self.wait.clone();
+        self.inner.on_ready(move || {
+            let callback = {
+                let mut wait = wait.lock().unwrap_or_else(|p| p.into_inner());
+                if wait.generation != generation {
+                    return;
+                }
+                wait.callback.take()
             };
-            let mut batch = BatchBuilder::default();
-            for event in &events {
-                batch.push_owned(event);
+            if let Some(callback) = callback {
+                // Closing (the environment is being torn down at exit): nobody to tell.
+                let _ = callback.call((), napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking);
             }
-            batch.finish().map(Some)
-        }))
+        });
+    }
+
+    /// Drops the wait in progress, if any, without calling it (a timeout or an abort): the
+    /// callback is released now, so it no longer keeps the process alive.
+    #[napi]
+    pub fn cancel_wait(&self) {
+        let callback = {
+            let mut wait = self.wait.lock().unwrap_or_else(|p| p.into_inner());
+            wait.generation += 1;
+            wait.callback.take()
+        };
+        drop(callback);
     }
 
     #[napi(getter)]
@@ -614,7 +666,8 @@ impl NativeSubscription {
         self.inner.is_closed()
     }
 
-    /// Ends the subscription; a pending `nextBatch` resolves `null`.
+    /// Ends the subscription; a wait in progress is called (and `try_next_batch` answers
+    /// `null`).
     #[napi]
     pub fn close(&self) {
         self.inner.close();
