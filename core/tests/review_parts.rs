@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use lapilli_core::{AppendCondition, Durability, Event, Options, Position, Query, ReadOptions, Store};
+use lapilli_core::{AppendCondition, Durability, Event, Options, Query, ReadOptions, Store};
 
 fn files_with(dir: &Path, extension: &str) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = fs::read_dir(dir)
