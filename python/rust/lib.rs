@@ -11,6 +11,7 @@ mod read;
 mod store;
 mod subscription;
 mod values;
+mod wake;
 
 use pyo3::prelude::*;
 
