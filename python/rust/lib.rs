@@ -6,6 +6,7 @@ mod arrow;
 mod blocking;
 mod convert;
 mod errors;
+mod huge;
 mod pending;
 mod read;
 mod store;
