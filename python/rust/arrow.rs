@@ -28,6 +28,7 @@ use lapilli_core as core;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use crate::huge::Bytes;
 use crate::read::ReadState;
 
 /// Rows per Arrow batch by default: large enough to amortise the crossing, small enough that a
@@ -93,7 +94,7 @@ struct Columns {
     tag_offsets: Vec<i32>,
     tag_bytes: Vec<u8>,
     data_offsets: Vec<i64>,
-    data: Vec<u8>,
+    data: Bytes,
     max_rows: usize,
     /// Type, tag and data bytes so far, against `budget`.
     bytes: usize,
@@ -130,7 +131,7 @@ impl Columns {
             tag_offsets,
             tag_bytes: Vec::with_capacity(rows * 16),
             data_offsets,
-            data: Vec::new(),
+            data: Bytes::Small(Vec::new()),
             max_rows,
             bytes: 0,
             budget,
@@ -243,7 +244,7 @@ impl Columns {
         )?;
         let data = LargeBinaryArray::try_new(
             OffsetBuffer::new(ScalarBuffer::from(self.data_offsets)),
-            Buffer::from_vec(self.data),
+            self.data.into_buffer(),
             None,
         )?;
         let columns: Vec<ArrayRef> = vec![

@@ -6,11 +6,13 @@ mod arrow;
 mod blocking;
 mod convert;
 mod errors;
+mod huge;
 mod pending;
 mod read;
 mod store;
 mod subscription;
 mod values;
+mod wake;
 
 use pyo3::prelude::*;
 

@@ -1,15 +1,16 @@
 //! `PendingAppend`: an append handed to the writer without waiting, so that many concurrent
 //! (asyncio) appends share one group commit and nothing blocks an event loop.
 //!
-//! The engine's `PendingAppend` is a `Future`. Its waker here never runs Python on the writer's
-//! thread: waking only queues the task for one completion thread of this module, which polls it
-//! and then calls the Python done-callbacks with the interpreter attached.
+//! The engine answers through `core::PendingAppend::on_complete`, on the store's completion
+//! thread (never the writer). The answer is kept here for `result()` and `done()`; the thread
+//! attaches to the interpreter only if someone asked to hear of it: a loop callback
+//! (`call_soon_when_done`, what `lapilli.aio` uses: only `call_soon_threadsafe` runs there) or a
+//! plain done-callback (`add_done_callback`).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use lapilli_core as core;
@@ -18,12 +19,22 @@ use pyo3::prelude::*;
 use crate::blocking::{detached, lock};
 use crate::errors::to_py;
 use crate::values::AppendResult;
+use crate::wake::LoopCallback;
+
+/// Longest single wait in `result()` with the interpreter released before signals are checked.
+const SLICE: Duration = Duration::from_millis(100);
+
+enum Callback {
+    /// `add_done_callback`: called on the thread that delivers the answer.
+    Call(Py<PyAny>),
+    /// `call_soon_when_done`: scheduled on an event loop.
+    OnLoop(LoopCallback),
+}
 
 #[derive(Default)]
 struct TaskState {
-    future: Option<core::PendingAppend>,
     result: Option<core::Result<core::AppendResult>>,
-    callbacks: Vec<Py<PyAny>>,
+    callbacks: Vec<Callback>,
 }
 
 struct Task {
@@ -31,57 +42,46 @@ struct Task {
     done: Condvar,
 }
 
-impl Wake for Task {
-    fn wake(self: Arc<Self>) {
-        completions().send(self).ok();
-    }
-}
-
-fn completions() -> &'static Sender<Arc<Task>> {
-    static SENDER: OnceLock<Sender<Arc<Task>>> = OnceLock::new();
-    SENDER.get_or_init(|| {
-        let (sender, receiver) = channel::<Arc<Task>>();
-        std::thread::Builder::new()
-            .name("lapilli-completions".into())
-            .spawn(move || {
-                for task in receiver {
-                    task.poll();
-                }
-            })
-            .expect("cannot start the lapilli completion thread");
-        sender
-    })
-}
-
 impl Task {
-    /// Polls the engine future; on completion stores the result and runs the callbacks.
-    fn poll(self: &Arc<Self>) {
+    /// Stores the answer, wakes blocked `result()` calls, then runs what was registered.
+    fn complete(&self, result: core::Result<core::AppendResult>) {
         let callbacks = {
             let mut state = lock(&self.state);
-            let Some(future) = state.future.as_mut() else { return };
-            let waker = Waker::from(self.clone());
-            match Pin::new(future).poll(&mut Context::from_waker(&waker)) {
-                Poll::Pending => return,
-                Poll::Ready(result) => {
-                    state.future = None;
-                    state.result = Some(result);
-                    std::mem::take(&mut state.callbacks)
-                }
-            }
+            state.result = Some(result);
+            std::mem::take(&mut state.callbacks)
         };
         self.done.notify_all();
-        if !callbacks.is_empty() {
-            Python::attach(|py| run_callbacks(py, callbacks));
-        }
+        run_callbacks(callbacks);
     }
 }
 
-fn run_callbacks(py: Python<'_>, callbacks: Vec<Py<PyAny>>) {
+/// Runs callbacks registered before the answer, or at once after it. Never called with the
+/// task's lock held: attaching to the interpreter while holding it could deadlock against a
+/// Python thread waiting for the lock.
+fn run_callbacks(callbacks: Vec<Callback>) {
+    if callbacks.is_empty() {
+        return;
+    }
+    let mut plain = Vec::new();
     for callback in callbacks {
-        if let Err(e) = callback.call0(py) {
-            e.write_unraisable(py, Some(callback.bind(py)));
+        match callback {
+            Callback::OnLoop(on_loop) => on_loop.schedule(),
+            Callback::Call(callback) => plain.push(callback),
         }
     }
+    if plain.is_empty() {
+        return;
+    }
+    let mut plain = Some(plain);
+    let _ = Python::try_attach(|py| {
+        for callback in plain.take().into_iter().flatten() {
+            if let Err(e) = callback.call0(py) {
+                e.write_unraisable(py, Some(callback.bind(py)));
+            }
+        }
+    });
+    // Not attached (the interpreter is finalizing): leak rather than drop without it.
+    std::mem::forget(plain);
 }
 
 /// An append submitted with `Store.submit`: it commits (or is refused) whether or not anyone
@@ -93,12 +93,18 @@ pub struct PendingAppend {
 }
 
 impl PendingAppend {
-    pub fn new(future: core::PendingAppend) -> Self {
-        let task = Arc::new(Task {
-            state: Mutex::new(TaskState { future: Some(future), ..TaskState::default() }),
-            done: Condvar::new(),
-        });
-        task.poll();
+    pub fn new(mut future: core::PendingAppend) -> Self {
+        let task = Arc::new(Task { state: Mutex::new(TaskState::default()), done: Condvar::new() });
+        // An answer that is there already (bad input, a closed store) is taken now, so that
+        // `Store.submit` can raise input errors where the input was passed; only an append
+        // still on its way registers for the completion thread.
+        match Pin::new(&mut future).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(result) => task.complete(result),
+            Poll::Pending => {
+                let answered = task.clone();
+                future.on_complete(move |result| answered.complete(result));
+            }
+        }
         PendingAppend { task }
     }
 
@@ -106,6 +112,18 @@ impl PendingAppend {
         // Copied out first: converting an error runs Python, which must not happen under the lock.
         let result = lock(&self.task.state).result.clone();
         result.map(|r| r.map(AppendResult::from).map_err(to_py))
+    }
+
+    /// Registers `callback`, or runs it now if the append is answered already.
+    fn when_done(&self, callback: Callback) {
+        {
+            let mut state = lock(&self.task.state);
+            if state.result.is_none() {
+                state.callbacks.push(callback);
+                return;
+            }
+        }
+        run_callbacks(vec![callback]);
     }
 }
 
@@ -116,16 +134,17 @@ impl PendingAppend {
         lock(&self.task.state).result.is_some()
     }
 
-    /// Calls `callback()` (no arguments) once the append is answered.
-    fn add_done_callback(&self, py: Python<'_>, callback: Py<PyAny>) {
-        {
-            let mut state = lock(&self.task.state);
-            if state.result.is_none() {
-                state.callbacks.push(callback);
-                return;
-            }
-        }
-        run_callbacks(py, vec![callback]);
+    /// Calls `callback()` (no arguments) once the append is answered: on lapilli's completion
+    /// thread (keep it short), or at once if it already is.
+    fn add_done_callback(&self, callback: Py<PyAny>) {
+        self.when_done(Callback::Call(callback));
+    }
+
+    /// Schedules `callback()` on the asyncio `event_loop` (`event_loop.call_soon_threadsafe`)
+    /// once the append is answered; what `lapilli.aio` awaits an append with. No Python runs on
+    /// lapilli's threads but that call.
+    fn call_soon_when_done(&self, event_loop: Py<PyAny>, callback: Py<PyAny>) {
+        self.when_done(Callback::OnLoop(LoopCallback { event_loop, callback }));
     }
 
     /// The outcome: the `AppendResult`, or the append's error raised. Waits (interpreter
@@ -151,7 +170,8 @@ impl PendingAppend {
                 let task = &self.task;
                 detached(py, || {
                     let state = lock(&task.state);
-                    let slice = Duration::from_millis(100);
+                    // Short slices: Ctrl-C is checked between them.
+                    let slice = deadline.map_or(SLICE, |d| SLICE.min(d.saturating_duration_since(Instant::now())));
                     let _answered = task
                         .done
                         .wait_timeout_while(state, slice, |s| s.result.is_none())

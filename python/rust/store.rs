@@ -73,22 +73,29 @@ fn path_arg(path: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
         .map_err(|_| PyTypeError::new_err(format!("path must be str or os.PathLike, not {}", type_name(path))))
 }
 
-fn events_arg(events: &Bound<'_, PyAny>) -> PyResult<Vec<core::Event>> {
+/// The `Event` objects of `events`, kept alive (and, being frozen, unchanged) while the engine
+/// reads their inner events in place: nothing is cloned before it encodes them.
+fn events_arg<'py>(events: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, Event>>> {
     if events.is_instance_of::<Event>() {
         return Err(PyTypeError::new_err("events must be a list of Event, not a single Event (wrap it: [event])"));
     }
     let iter = events
         .try_iter()
         .map_err(|_| PyTypeError::new_err(format!("events must be a list of Event, not {}", type_name(events))))?;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(iter.size_hint().0);
     for (i, item) in iter.enumerate() {
         let item = item?;
         let event = item
-            .cast::<Event>()
-            .map_err(|_| PyTypeError::new_err(format!("events[{i}] must be Event, not {}", type_name(&item))))?;
-        out.push(event.get().inner.clone());
+            .cast_into::<Event>()
+            .map_err(|e| PyTypeError::new_err(format!("events[{i}] must be Event, not {}", type_name(e.into_inner().as_any()))))?;
+        out.push(event);
     }
     Ok(out)
+}
+
+/// The engine's events, borrowed from the Python objects.
+fn borrowed<'a>(events: &'a [Bound<'_, Event>]) -> Vec<&'a core::Event> {
+    events.iter().map(|e| &e.get().inner).collect()
 }
 
 fn condition_arg(condition: Option<&Bound<'_, PyAny>>) -> PyResult<Option<core::AppendCondition>> {
@@ -172,9 +179,10 @@ impl Store {
         condition: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AppendResult> {
         let events = guard(|| events_arg(events))?;
+        let events = borrowed(&events);
         let condition = condition_arg(condition)?;
         let store = &self.inner;
-        detached(py, move || store.append(events, condition)).map(AppendResult::from)
+        detached(py, move || store.submit_borrowed(&events, condition).wait()).map(AppendResult::from)
     }
 
     /// Hands an append to the writer without waiting for it (what `lapilli.aio` uses): returns a
@@ -187,9 +195,10 @@ impl Store {
         condition: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PendingAppend> {
         let events = guard(|| events_arg(events))?;
+        let events = borrowed(&events);
         let condition = condition_arg(condition)?;
         let store = &self.inner;
-        let pending = detached(py, move || Ok(store.submit(events, condition)))?;
+        let pending = detached(py, move || Ok(store.submit_borrowed(&events, condition)))?;
         let pending = PendingAppend::new(pending);
         // Input errors are known at once: raise them here, where the caller passed the input.
         if let Some(Err(e)) = pending.peek() {

@@ -1,9 +1,14 @@
 //! `Subscription`: a blocking iterator over history then live commits. Waits happen in short
 //! slices with the interpreter released, so `close()` from another thread and Ctrl-C (checked
 //! between slices) both end a blocked wait.
+//!
+//! For asyncio (`lapilli.aio`) nothing waits: `next_batch(max, timeout=0)` answers at once, and
+//! `call_soon_when_ready(loop, callback)` registers a one-shot wake-up with the engine
+//! (`core::Subscription::on_ready`), which schedules `callback` on the loop from the store's
+//! completion thread when there may be something new.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -13,6 +18,12 @@ use pyo3::types::PyList;
 
 use crate::blocking::{detached, lock};
 use crate::values::SequencedEvent;
+use crate::wake::LoopCallback;
+
+/// One registered wake-up: emptied when it fires, or when its waiter gives up
+/// (`cancel_call_soon`), which drops the loop and callback at once rather than when the engine
+/// next notifies.
+type Registration = Arc<Mutex<Option<LoopCallback>>>;
 
 /// Longest single wait with the interpreter released before signals are checked again.
 const SLICE: Duration = Duration::from_millis(100);
@@ -32,6 +43,8 @@ pub struct Subscription {
     buffered: AtomicUsize,
     /// The last position handed to Python: the resume cursor.
     delivered: AtomicU64,
+    /// The latest `call_soon_when_ready` registration.
+    registration: Mutex<Option<Registration>>,
 }
 
 impl Subscription {
@@ -41,6 +54,7 @@ impl Subscription {
             buffer: Mutex::new(VecDeque::new()),
             buffered: AtomicUsize::new(0),
             delivered: AtomicU64::new(after),
+            registration: Mutex::new(None),
         }
     }
 
@@ -147,6 +161,35 @@ impl Subscription {
     #[getter]
     fn closed(&self) -> bool {
         self.inner.is_closed()
+    }
+
+    /// Schedules `callback()` once on the asyncio `event_loop` (through
+    /// `event_loop.call_soon_threadsafe`, from lapilli's completion thread) as soon as
+    /// `next_batch(max, timeout=0)` may have something new to answer: new commits past what was
+    /// scanned, the end (this subscription or its store closed), or a follower's failure; right
+    /// away if that holds already. No thread waits meanwhile. A later registration replaces
+    /// this one, whose callback is then scheduled too (its waiter checks again).
+    fn call_soon_when_ready(&self, py: Python<'_>, event_loop: Py<PyAny>, callback: Py<PyAny>) -> PyResult<()> {
+        let registration: Registration = Arc::new(Mutex::new(Some(LoopCallback { event_loop, callback })));
+        *lock(&self.registration) = Some(registration.clone());
+        detached(py, move || {
+            self.inner.on_ready(move || {
+                let fired = lock(&registration).take();
+                if let Some(on_loop) = fired {
+                    on_loop.schedule();
+                }
+            });
+            Ok(())
+        })
+    }
+
+    /// Forgets the latest `call_soon_when_ready` registration that has not fired (its waiter
+    /// was cancelled or timed out): its loop and callback are released now, and it will not be
+    /// scheduled.
+    fn cancel_call_soon(&self) {
+        let registration = lock(&self.registration).take();
+        // Dropped here, attached: the loop and callback references go with the interpreter held.
+        let _forgotten = registration.and_then(|r| lock(&r).take());
     }
 
     /// Ends the subscription; safe from any thread; a blocked wait wakes and ends.

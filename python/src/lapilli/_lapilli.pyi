@@ -5,6 +5,7 @@ type checker resolves `to_arrow()` to `pyarrow.Table` where pyarrow's types are 
 to `Any` where they are not; nothing is imported at run time.
 """
 
+import asyncio
 import datetime
 import os
 import pathlib
@@ -300,6 +301,20 @@ class Subscription:
     @property
     def closed(self) -> bool:
         """True once the subscription or its store was closed."""
+    def call_soon_when_ready(
+        self, event_loop: asyncio.AbstractEventLoop, callback: Callable[[], object]
+    ) -> None:
+        """Schedules `callback()` once on the asyncio `event_loop` (through
+        `event_loop.call_soon_threadsafe`, from lapilli's completion thread) as soon as
+        `next_batch(max, timeout=0)` may have something new to answer: new commits past what
+        was scanned, the end (this subscription or its store closed), or a follower's failure;
+        right away if that holds already. No thread waits meanwhile. A later registration
+        replaces this one, whose callback is then scheduled too (its waiter checks again).
+        What `lapilli.aio` waits with."""
+    def cancel_call_soon(self) -> None:
+        """Forgets the latest `call_soon_when_ready` registration that has not fired (its
+        waiter was cancelled or timed out): its loop and callback are released now, and it will
+        not be scheduled."""
     def close(self) -> None:
         """Ends the subscription; safe from any thread; a blocked wait wakes and ends."""
     def __enter__(self) -> Subscription: ...
@@ -313,8 +328,14 @@ class PendingAppend:
     def done(self) -> bool:
         """True once the append was committed or refused."""
     def add_done_callback(self, callback: Callable[[], object]) -> None:
-        """Calls `callback()` (no arguments) once the append is answered: from a lapilli
-        thread, or at once if it already is."""
+        """Calls `callback()` (no arguments) once the append is answered: on lapilli's
+        completion thread (keep it short), or at once if it already is."""
+    def call_soon_when_done(
+        self, event_loop: asyncio.AbstractEventLoop, callback: Callable[[], object]
+    ) -> None:
+        """Schedules `callback()` on the asyncio `event_loop` (`call_soon_threadsafe`) once
+        the append is answered; what `lapilli.aio` awaits an append with. No Python runs on
+        lapilli's threads but that call."""
     def result(self, timeout: Optional[float] = None) -> AppendResult:
         """The outcome: the `AppendResult`, or the append's error raised. Waits (interpreter
         released) up to `timeout` seconds, or as long as it takes with None or

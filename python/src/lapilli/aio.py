@@ -10,10 +10,12 @@
         async for event in store.subscribe(Query.all()):
             ...
 
-Nothing blocks the event loop: appends are handed to the store's writer without waiting
-(`Store.submit`) and their answers come back to the loop through `call_soon_threadsafe`, so many
-concurrent appends share one group commit and one fsync; opening, closing, reads and waits for
-subscriptions run on worker threads.
+Nothing blocks the event loop, and nothing waits on a thread: appends are handed to the store's
+writer without waiting (`Store.submit`) and their answers come back to the loop through
+`call_soon_threadsafe` from the store's completion thread, so many concurrent appends share one
+group commit and one fsync; a subscription with nothing new registers a one-shot wake-up with the
+store, delivered the same way (no thread and no polling per subscription). Opening, closing and
+reads run on worker threads.
 
 Cancelling an append cancels the wait, not the append. Once the `append` coroutine has started
 (at once, for `await store.append(...)`), its events are with the store's writer: they commit,
@@ -27,7 +29,7 @@ means the first attempt committed (its `.position` says where).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import functools
 import os
 from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
@@ -109,14 +111,8 @@ class Store:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[AppendResult] = loop.create_future()
         pending = self._store.submit(events, condition)
-
-        def answered() -> None:  # runs on lapilli's completion thread (or here, if done)
-            try:
-                loop.call_soon_threadsafe(_settle, future, pending)
-            except RuntimeError:  # the loop was closed meanwhile: nobody is waiting
-                pass
-
-        pending.add_done_callback(answered)
+        # Answered on lapilli's completion thread, which only schedules `_settle` on this loop.
+        pending.call_soon_when_done(loop, functools.partial(_settle, future, pending))
         return await future
 
     def read(
@@ -256,26 +252,31 @@ class AsyncReadResult:
         return rest + await asyncio.get_running_loop().run_in_executor(None, self._result.to_list)
 
 
+def _wake(ready: asyncio.Future[None]) -> None:
+    """Run on the loop when the store says a subscription may have something new."""
+    if not ready.done():
+        ready.set_result(None)
+
+
 class AsyncSubscription:
     """A subscription for asyncio: `async for event in sub`, `await sub.next(timeout)`,
     `await sub.next_batch(max, timeout)`; `close()` (or leaving `async with`) ends it.
 
-    Waiting happens on a worker thread of its own (one per subscription), never on the loop, in
-    slices of at most `SLICE` seconds so that an abandoned subscription never keeps the
-    interpreter from exiting. A cancelled wait loses nothing: what it fetched is delivered by
-    the next call."""
-
-    SLICE = 0.5
+    Waiting costs no thread: with nothing new, the subscription registers a one-shot wake-up
+    with the store (`call_soon_when_ready`), which the store's completion thread schedules on
+    the loop when the head moves or the subscription or store closes; the events are then taken
+    without blocking. Tasks waiting on one subscription share one registration. A cancelled or
+    timed-out wait loses nothing, and when no task waits any more its registration is dropped.
+    Use a subscription from one event loop."""
 
     def __init__(self, subscription: _Subscription) -> None:
         self._sub = subscription
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="lapilli-subscription"
-        )
-        self._inflight: Optional[concurrent.futures.Future[Optional[list[SequencedEvent]]]] = None
         self._buffer: list[SequencedEvent] = []
         self._delivered = subscription.position
         self._ended = False
+        #: The pending wake-up all waiting tasks share; None when no task waits.
+        self._ready: Optional[asyncio.Future[None]] = None
+        self._waiters = 0
 
     @property
     def sync(self) -> _Subscription:
@@ -285,10 +286,6 @@ class AsyncSubscription:
     @property
     def caught_up(self) -> bool:
         """True when everything committed so far has been delivered to this consumer."""
-        inflight = self._inflight
-        if inflight is not None and inflight.done() and not inflight.cancelled():
-            if inflight.exception() is None and inflight.result():
-                return False
         return not self._buffer and self._sub.caught_up
 
     @property
@@ -306,24 +303,36 @@ class AsyncSubscription:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not self._buffer and not self._ended:
-            if self._inflight is None and self._sub.closed:
-                # Closed with nothing in flight: ended (the worker thread is gone with it).
-                self._ended = True
-                break
-            if self._inflight is None or self._inflight.cancelled():
-                wait = self.SLICE if deadline is None else max(0.0, min(self.SLICE, deadline - loop.time()))
-                self._inflight = self._executor.submit(self._sub.next_batch, BATCH, wait)
-            # shield: cancelling the awaiting task must not cancel the fetch, whose events
-            # then wait in `_inflight` for the next call.
-            batch = await asyncio.shield(asyncio.wrap_future(self._inflight))
-            self._inflight = None
+            batch = self._sub.next_batch(BATCH, 0)  # what is there now; never waits
             if batch is None:
                 self._ended = True
             elif batch:
                 self._buffer.extend(batch)
-            elif deadline is not None and loop.time() >= deadline:
-                return False
+            else:
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    return False
+                await self._wait_ready(loop, remaining)
         return bool(self._buffer)
+
+    async def _wait_ready(self, loop: asyncio.AbstractEventLoop, timeout: Optional[float]) -> None:
+        """Waits (at most `timeout` seconds) for the store to say there may be something new."""
+        ready = self._ready
+        if ready is None:
+            ready = self._ready = loop.create_future()
+            self._sub.call_soon_when_ready(loop, functools.partial(_wake, ready))
+        self._waiters += 1
+        try:
+            # `asyncio.wait` neither cancels `ready` on a timeout nor when this task is
+            # cancelled: other tasks may share it.
+            await asyncio.wait((ready,), timeout=timeout)
+        finally:
+            self._waiters -= 1
+            if self._ready is ready and (ready.done() or self._waiters == 0):
+                self._ready = None
+                if not ready.done():  # the last waiter left: nobody needs the wake-up
+                    self._sub.cancel_call_soon()
+                    ready.cancel()
 
     def _take(self, max: int) -> list[SequencedEvent]:
         batch, self._buffer = self._buffer[:max], self._buffer[max:]
@@ -357,7 +366,6 @@ class AsyncSubscription:
     def close(self) -> None:
         """Ends the subscription; a pending wait wakes and ends. Safe to call twice."""
         self._sub.close()
-        self._executor.shutdown(wait=False)
 
     async def aclose(self) -> None:
         """The same as `close()`, as an awaitable (the async-iterator convention)."""
