@@ -218,3 +218,54 @@ fn parts_survive_a_changed_part_size() {
     check_against_scan(&store, total);
     store.close().unwrap();
 }
+
+/// Items with types and a frequent tag: a sealed segment where the tag never occurs with the
+/// item's types answers "none" from the types the tag occurs with (found once, kept); where it
+/// does, the walk finds the exact events. Both directions, conditions and reads, against a scan.
+#[test]
+fn types_with_a_frequent_tag_answer_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options { segment_size: 160 << 10, ..options(4 << 20) }).unwrap();
+    let mut i = 0u64;
+    while i < 12_000 {
+        // The hot entity has types A and B; C occurs only on other entities, and A on the hot
+        // entity only in the first 5,000 events.
+        let batch: Vec<Event> = (i..i + 100)
+            .map(|j| {
+                let (entity, kind) = if j % 3 == 0 {
+                    ("entity:hot".to_string(), if j < 5000 && j % 2 == 0 { "A" } else { "B" })
+                } else {
+                    (format!("entity:{j}"), "C")
+                };
+                Event::new(kind, [entity], vec![1u8; 8])
+            })
+            .collect();
+        store.append(batch, None).unwrap();
+        i += 100;
+    }
+    store.wait_for_sealing();
+    let sealed = files_with(dir.path(), "idx");
+    assert!(sealed.len() >= 2, "the hot tag spans sealed segments: {:?}", fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect::<Vec<_>>());
+    for types in [vec!["C"], vec!["A"], vec!["B"], vec!["A", "C"]] {
+        let query = Query::of([QueryItem::new(types.clone(), ["entity:hot"])]);
+        for backwards in [false, true] {
+            let read = |planner| {
+                store.set_planner(planner);
+                let events = store.read(&query, ReadOptions { backwards, ..Default::default() }).unwrap().collect_all().unwrap();
+                store.set_planner(Planner::Auto);
+                events.into_iter().map(|e| e.position.get()).collect::<Vec<_>>()
+            };
+            let scanned = read(Planner::ForceScan);
+            assert_eq!(read(Planner::Auto), scanned, "{types:?} backwards {backwards}");
+            assert_eq!(read(Planner::ForceIndex), scanned, "{types:?} backwards {backwards}");
+        }
+        let first = store.read(&query, ReadOptions { limit: Some(1), ..Default::default() }).unwrap().collect_all().unwrap();
+        let condition = lapilli_core::AppendCondition::new(query.clone()).after(Position(0));
+        let outcome = store.append(vec![Event::new("D", ["guarded"], vec![])], Some(condition));
+        match first.first() {
+            Some(event) => assert_eq!(outcome.unwrap_err().position(), Some(event.position), "{types:?}"),
+            None => assert!(outcome.is_ok(), "{types:?}: nothing matches, so the condition holds"),
+        }
+    }
+    store.close().unwrap();
+}

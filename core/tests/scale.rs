@@ -262,19 +262,21 @@ fn read_time(store: &Store, query: &Query, backwards: bool) -> (Duration, usize)
 fn reading_a_hot_tag_in_the_active_segment_is_linear() {
     let _serial = serial();
     let (_small_dir, small) = store_with_hot_tag(K);
-    let (_large_dir, large) = store_with_hot_tag(2 * K);
+    // Four times the events: linear costs four times as much, quadratic sixteen; the bound sits
+    // far from both, so a loaded machine's noise cannot decide the verdict.
+    let (_large_dir, large) = store_with_hot_tag(4 * K);
     let hot = Query::for_tags(["hot"]);
     for backwards in [false, true] {
         let (k_time, k_count) = read_time(&small, &hot, backwards);
-        let (two_k_time, two_k_count) = read_time(&large, &hot, backwards);
-        assert_eq!((k_count, two_k_count), (K as usize, 2 * K as usize));
-        let ratio = two_k_time.as_secs_f64() / k_time.as_secs_f64();
-        assert!(ratio < 2.5, "backwards {backwards}: 2k events took {ratio:.2} times k ({two_k_time:?} vs {k_time:?})");
+        let (four_k_time, four_k_count) = read_time(&large, &hot, backwards);
+        assert_eq!((k_count, four_k_count), (K as usize, 4 * K as usize));
+        let ratio = four_k_time.as_secs_f64() / k_time.as_secs_f64();
+        assert!(ratio < 8.0, "backwards {backwards}: 4k events took {ratio:.2} times k ({four_k_time:?} vs {k_time:?})");
 
         let (all_time, all_count) = read_time(&large, &Query::all(), backwards);
-        assert_eq!(all_count, 2 * K as usize);
-        let ratio = two_k_time.as_secs_f64() / all_time.as_secs_f64();
-        assert!(ratio <= 3.0, "backwards {backwards}: the hot tag took {ratio:.2} times Query::all ({two_k_time:?} vs {all_time:?})");
+        assert_eq!(all_count, 4 * K as usize);
+        let ratio = four_k_time.as_secs_f64() / all_time.as_secs_f64();
+        assert!(ratio <= 3.0, "backwards {backwards}: the hot tag took {ratio:.2} times Query::all ({four_k_time:?} vs {all_time:?})");
     }
 }
 
@@ -301,7 +303,7 @@ fn catch_up_over_a_hot_tag_in_the_active_segment_is_linear() {
         times.sort();
         times[1]
     };
-    let (k_time, two_k_time) = (catch_up(&small), catch_up(&large));
-    let ratio = two_k_time.as_secs_f64() / k_time.as_secs_f64();
-    assert!(ratio < 2.5, "catch-up of 2k events took {ratio:.2} times k ({two_k_time:?} vs {k_time:?})");
+    let (k_time, four_k_time) = (catch_up(&small), catch_up(&large));
+    let ratio = four_k_time.as_secs_f64() / k_time.as_secs_f64();
+    assert!(ratio < 2.5, "catch-up of 2k events took {ratio:.2} times k ({four_k_time:?} vs {k_time:?})");
 }

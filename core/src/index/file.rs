@@ -33,7 +33,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventView;
@@ -54,6 +54,9 @@ const TIER_SHORT: u64 = 1;
 const TIER_LONG: u64 = 2;
 const TIER_DENSE: u64 = 3;
 const PAYLOAD_MASK: u64 = (1 << 62) - 1;
+/// Tags with at least this many events in a segment get their set of types found and kept when
+/// an item with types asks for them (see `VerifiedIndex::types_with_tag`).
+pub const TYPE_SET_MIN_EVENTS: u32 = 1024;
 
 pub fn index_path(log_path: &Path) -> PathBuf {
     log_path.with_extension("idx")
@@ -536,6 +539,9 @@ pub struct VerifiedIndex {
     tag_filter: OnceLock<TagFilter>,
     /// Tag-dictionary lookups made, for tests of what a check touches.
     tag_lookups: AtomicU64,
+    /// The type ids each frequent tag occurs with, sorted, found on first need (see
+    /// [`VerifiedIndex::types_with_tag`]).
+    tag_types: Mutex<HashMap<Box<str>, Arc<[u32]>>>,
 }
 
 impl IndexFile {
@@ -694,6 +700,7 @@ impl IndexFile {
             postings_end: header.file_len,
             tag_filter: OnceLock::new(),
             tag_lookups: AtomicU64::new(0),
+            tag_types: Mutex::new(HashMap::new()),
             bytes,
         })
     }
@@ -740,6 +747,29 @@ impl VerifiedIndex {
             }
             filter
         })
+    }
+
+    /// The type ids of the events carrying `tag` (whose postings are `postings`), sorted. Found
+    /// by one pass over the tag's events' type column the first time it is asked, then kept: the
+    /// segment never changes, and only frequent tags are asked (see the planner), so what is kept
+    /// is a few ids for at most one tag in [`TYPE_SET_MIN_EVENTS`] events.
+    pub fn types_with_tag(&self, tag: &str, postings: &Postings) -> Arc<[u32]> {
+        if let Some(types) = self.tag_types.lock().unwrap_or_else(|p| p.into_inner()).get(tag) {
+            return types.clone();
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let last = (self.count as u32).saturating_sub(1);
+        let mut from = 0;
+        while let Some(rel) = postings.first_in(from, last) {
+            seen.insert(self.type_at(rel));
+            if rel == last {
+                break;
+            }
+            from = rel + 1;
+        }
+        let types: Arc<[u32]> = seen.into_iter().collect();
+        self.tag_types.lock().unwrap_or_else(|p| p.into_inner()).insert(tag.into(), types.clone());
+        types
     }
 
     /// How many tag-dictionary lookups this index has answered.

@@ -15,6 +15,7 @@
 
 use crate::error::Result;
 use crate::event::EventView;
+use crate::index::file::TYPE_SET_MIN_EVENTS;
 use crate::index::postings::Postings;
 use crate::index::{IndexView, Planner};
 use crate::error::Error;
@@ -248,6 +249,17 @@ fn plan_item(
         return Ok(ItemPlan::Scan(item.clone()));
     }
     let Some(driver) = index.postings(counted[0].1)? else { return Ok(ItemPlan::Never) };
+    // A frequent tag whose events have none of the item's types here (a stale condition on a
+    // hot entity, asking for a type it never had) is answered without walking its events: the
+    // types each frequent tag occurs with are found once per segment and kept.
+    if let (IndexView::Sealed(file), Some(type_ids)) = (index, &type_ids) {
+        if shortest >= TYPE_SET_MIN_EVENTS {
+            let with_tag = file.types_with_tag(counted[0].1, &driver);
+            if !type_ids.iter().any(|id| with_tag.binary_search(id).is_ok()) {
+                return Ok(ItemPlan::Never);
+            }
+        }
+    }
     let mut others = Vec::new();
     for &(_, tag) in &counted[1..] {
         match index.postings(tag)? {

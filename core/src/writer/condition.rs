@@ -150,7 +150,9 @@ mod tests {
         let (small, large) = (staged(20_000), staged(80_000));
         let mut ratios: Vec<f64> = (0..3).map(|_| time(&large).as_secs_f64() / time(&small).as_secs_f64()).collect();
         ratios.sort_by(f64::total_cmp);
-        assert!(ratios[1] < 2.0, "a group 4 times larger took {:.2} times as long", ratios[1]);
+        // A walk over the group would cost 4 times as much; a lookup, the same. The bound sits
+        // between them, away from both, for loaded machines.
+        assert!(ratios[1] < 2.8, "a group 4 times larger took {:.2} times as long", ratios[1]);
         assert_eq!(large.first_match(&Query::for_types(["Type7"]), 10), Some(Position(17)));
         assert_eq!(large.first_match(&Query::of([QueryItem::new(["Type7"], ["hot"])]), 10), Some(Position(17)));
     }
