@@ -530,36 +530,59 @@ struct AcceptedParts {
 }
 
 /// Accepts the part index files `found` (in position order) of the active segment `log` that
-/// continue one another from the segment's base, each ending at a commit marker of the log
-/// that closes exactly its events; the first that does not, and all after it, are rejected.
-/// Only their headers and the page of each closing marker are read (the body of a part's file
-/// is verified by its first use, like a sealed segment's).
+/// continue one another from the segment's base (each starts at the position after the last),
+/// the last of them ending at a commit marker of the log that closes exactly its events. A
+/// part covered by an earlier one (left by a crash while the sealer merged parts) is skipped;
+/// the first that breaks the chain, and every part after it, is rejected. Only the headers, and
+/// the page of the last part's closing marker, are read (a part file's body is verified by its
+/// first use, like a sealed segment's).
 fn accept_parts(log: &[u8], base: u64, log_path: &Path, header_crc: u32, found: Vec<(u64, PathBuf)>) -> AcceptedParts {
-    let mut accepted =
-        AcceptedParts { parts: Vec::new(), resume: ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base }, rejected: Vec::new() };
+    let start = ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base };
+    let mut chained: Vec<(IndexFile, PathBuf)> = Vec::new();
+    let mut rejected = Vec::new();
+    let (mut next_position, mut offset) = (base, HEADER_LEN);
+    let mut broken = false;
     for (part_base, path) in found {
-        let point = accepted.resume;
-        let continues = accepted.rejected.is_empty() && part_base == point.next_position;
-        let part = continues
-            .then(|| IndexFile::open_part(&path, part_base, log_path, point.offset).ok())
-            .flatten()
-            .filter(|index| index.count > 0)
-            .and_then(|index| {
-                let end = usize::try_from(index.log_end).ok().filter(|&end| end > point.offset && end <= log.len())?;
-                let chain = seal::chain_before(log, end)?;
-                let (first, count) = parse_marker(&log[end - MARKER_RECORD_LEN + FRAME_LEN..end])?;
-                let next_position = part_base + index.count;
-                (first + count as u64 == next_position).then_some((index, ScanPoint { offset: end, chain, next_position }))
-            });
-        match part {
-            Some((index, resume)) => {
-                accepted.parts.push(index);
-                accepted.resume = resume;
+        if broken || part_base > next_position {
+            broken = true;
+            rejected.push(path);
+            continue;
+        }
+        if part_base < next_position {
+            rejected.push(path); // covered by a merged part
+            continue;
+        }
+        let header = IndexFile::open_part(&path, part_base, log_path, offset).ok().filter(|index| {
+            index.count > 0 && usize::try_from(index.log_end).is_ok_and(|end| end > offset && end <= log.len())
+        });
+        match header {
+            Some(index) => {
+                next_position = part_base + index.count;
+                offset = index.log_end as usize;
+                chained.push((index, path));
             }
-            None => accepted.rejected.push(path),
+            None => {
+                broken = true;
+                rejected.push(path);
+            }
         }
     }
-    accepted
+    // The scan resumes after the last part: its end must be a commit marker closing exactly its
+    // events, whose checksum seeds the scan. If not, fall back to the part before it.
+    while let Some((last, _)) = chained.last() {
+        let end = last.log_end as usize;
+        let closes = seal::chain_before(log, end).and_then(|chain| {
+            let (first, count) = parse_marker(&log[end - MARKER_RECORD_LEN + FRAME_LEN..end])?;
+            let next_position = last.base + last.count;
+            (first + count as u64 == next_position).then_some(ScanPoint { offset: end, chain, next_position })
+        });
+        if let Some(resume) = closes {
+            return AcceptedParts { parts: chained.into_iter().map(|(index, _)| index).collect(), resume, rejected };
+        }
+        let (_, path) = chained.pop().expect("just seen");
+        rejected.push(path);
+    }
+    AcceptedParts { parts: Vec::new(), resume: start, rejected }
 }
 
 /// The commit time of the last event of a part of the active segment, its record checked.

@@ -79,6 +79,7 @@ impl Store {
         let completions = Completions::start()?;
         published.notifier.set_completions(completions.clone());
         let recovery = recovered.report;
+        let found_parts = recovered.parts;
         let head = recovery.head.get();
         published.publish_head(head);
         let (to_sealer, sealer_queue) = std::sync::mpsc::channel();
@@ -86,7 +87,7 @@ impl Store {
         let file_mode = options.file_mode;
         let sealer = std::thread::Builder::new()
             .name("lapilli-sealer".into())
-            .spawn(move || seal::run(sealer_queue, sealer_published, file_mode))
+            .spawn(move || seal::run(sealer_queue, sealer_published, file_mode, found_parts))
             .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
         let writer = Writer {
             published: published.clone(),
@@ -94,7 +95,6 @@ impl Store {
             active_entry: recovered.entry,
             active_index: recovered.tail,
             sealer: to_sealer,
-            parts: recovered.parts,
             part_start: recovered.part_start,
             part_bytes: options.part_bytes,
             next_segment: SegmentPreparer::start(&path, options.segment_size, options.file_mode)?,

@@ -120,24 +120,47 @@ pub(crate) enum SealJob {
     /// from it. `start` is the byte it starts at, `end` the byte after its last commit marker,
     /// `next_base` the position after its last event.
     Part { entry: Arc<SegmentEntry>, start: usize, end: usize, next_base: u64 },
-    /// A segment the writer has left: one index file for it, merged from its parts' files (or,
-    /// if one of them could not be written, built from its log), published in their place.
-    Segment { parts: Vec<Arc<SegmentEntry>>, next_base: u64 },
+    /// The writer has left the active segment; `last` is its last part's entry (empty if the
+    /// writer had just started it; otherwise handed over by a `Part` job just before). One index
+    /// file for the segment, merged from its parts' files (or, if one of them could not be
+    /// written, built from its log), is published in their place.
+    Segment { last: Arc<SegmentEntry>, next_base: u64 },
 }
 
-/// The sealer thread. A failure is reported and leaves the index in memory in use; the next
-/// open rebuilds what is missing.
-pub(crate) fn run(queue: Receiver<SealJob>, published: Arc<Published>, mode: u32) {
+/// Finished parts of the active segment the sealer lets pile up before it merges them into one
+/// part file: an open reads a header per part file, and walks and condition checks visit an
+/// entry per part, so their number stays at most this (plus the part the writer is filling).
+pub(crate) const MAX_PARTS: usize = 8;
+
+/// The sealer thread. `parts` are the active segment's parts open found (in position order); the
+/// sealer keeps that list as the writer hands over more. A failure is reported and leaves the
+/// index in memory in use; the next open rebuilds what is missing.
+pub(crate) fn run(queue: Receiver<SealJob>, published: Arc<Published>, mode: u32, mut parts: Vec<Arc<SegmentEntry>>) {
     for job in queue {
         let what = match &job {
             SealJob::Part { entry, .. } => part_path(entry.log.path(), entry.base),
-            SealJob::Segment { parts, .. } => index_path(parts[0].log.path()),
+            SealJob::Segment { last, .. } => index_path(last.log.path()),
         };
         // A bug here must cost an index file (rebuilt by the next open), never the thread: the
         // jobs after it, and whoever waits for sealing, would wait forever.
         let sealed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
-            SealJob::Part { entry, start, end, next_base } => seal_part(&entry, start, end, next_base, mode),
-            SealJob::Segment { parts, next_base } => seal_segment(&parts, next_base, &published, mode),
+            SealJob::Part { entry, start, end, next_base } => {
+                // Listed whether or not its file gets written: a part still answered from memory
+                // makes the segment's index be built from the log instead of merged.
+                parts.push(entry.clone());
+                seal_part(&entry, start, end, next_base, mode)?;
+                if parts.len() > MAX_PARTS {
+                    compact_parts(&mut parts, &published, mode)?;
+                }
+                Ok(())
+            }
+            SealJob::Segment { last, next_base } => {
+                let mut segment = std::mem::take(&mut parts);
+                if !segment.iter().any(|part| Arc::ptr_eq(part, &last)) {
+                    segment.push(last);
+                }
+                seal_segment(&segment, next_base, &published, mode)
+            }
         }));
         match sealed {
             Ok(Ok(())) => {}
@@ -146,6 +169,42 @@ pub(crate) fn run(queue: Receiver<SealJob>, published: Arc<Published>, mode: u32
         }
         published.sealing.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Merges the leading parts of the active segment that have their index files into one part
+/// file (under the first one's name, which it replaces: their bodies are verified, so loaded,
+/// before it is written), publishes it in their place and removes the others' files.
+fn compact_parts(parts: &mut Vec<Arc<SegmentEntry>>, published: &Published, mode: u32) -> Result<()> {
+    let indexes: Vec<Arc<SegmentIndex>> = parts.iter().map(|p| p.index.load_full()).collect();
+    let files: Vec<&IndexFile> = indexes
+        .iter()
+        .map_while(|index| match &**index {
+            SegmentIndex::Sealed(file) => Some(file),
+            SegmentIndex::Tail(_) => None,
+        })
+        .collect();
+    if files.len() < 2 {
+        return Ok(());
+    }
+    let merged = &parts[..files.len()];
+    let first = &merged[0];
+    let log_path = first.log.path();
+    let verified: Vec<&file::VerifiedIndex> = files.iter().map(|f| f.verified()).collect::<Result<_>>()?;
+    let path = part_path(log_path, first.base);
+    let log_end = files.last().expect("two or more").log_end;
+    file::merge_parts(&verified, first.base, log_end, &path, mode)?;
+    let index = IndexFile::open_part(&path, first.base, log_path, files[0].log_start())?;
+    index.verified()?.tag_filter();
+    let log = first.log.shared().expect("parts share the active segment's mapping");
+    let entry = Arc::new(SegmentEntry::loaded(first.base, log_path.to_path_buf(), log, SegmentIndex::Sealed(index)));
+    published.replace_parts(merged, entry.clone());
+    for part in &merged[1..] {
+        let _ = std::fs::remove_file(part_path(log_path, part.base));
+    }
+    let count = files.len();
+    drop(files);
+    parts.splice(..count, [entry]);
+    Ok(())
 }
 
 fn seal_part(entry: &SegmentEntry, start: usize, end: usize, next_base: u64, mode: u32) -> Result<()> {

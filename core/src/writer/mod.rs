@@ -78,9 +78,6 @@ pub(crate) struct Writer {
     /// Where finished parts and sealed segments go to have their index files built, off this
     /// thread (see `index::seal`).
     pub sealer: std::sync::mpsc::Sender<SealJob>,
-    /// The active segment's earlier parts (each answered by its part index file once the
-    /// sealer has written it): `active_entry` is the newest part, indexed in memory.
-    pub parts: Vec<Arc<SegmentEntry>>,
     /// The byte of the active segment where `active_entry`'s part starts.
     pub part_start: usize,
     /// Log bytes a part grows to before the writer starts the next (`Options::part_bytes`).
@@ -352,7 +349,6 @@ impl Writer {
         self.published.add_segment(entry.clone());
         let finished = std::mem::replace(&mut self.active_entry, entry);
         self.active_index = tail;
-        self.parts.push(finished.clone());
         self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _ = self.sealer.send(SealJob::Part { entry: finished, start: self.part_start, end, next_base });
         self.part_start = end;
@@ -437,10 +433,8 @@ impl Writer {
             self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             let _ = self.sealer.send(SealJob::Part { entry: last_part.clone(), start: self.part_start, end, next_base: base });
         }
-        let mut parts = std::mem::take(&mut self.parts);
-        parts.push(last_part);
         self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.sealer.send(SealJob::Segment { parts, next_base: base });
+        let _ = self.sealer.send(SealJob::Segment { last: last_part, next_base: base });
         self.part_start = crate::log::segment::FIRST_RECORD_OFFSET as usize;
         self.active = ActiveSegment {
             file,
