@@ -85,9 +85,10 @@ impl Store {
         let (to_sealer, sealer_queue) = std::sync::mpsc::channel();
         let sealer_published = published.clone();
         let file_mode = options.file_mode;
+        let part_bytes = options.part_bytes;
         let sealer = std::thread::Builder::new()
             .name("lapilli-sealer".into())
-            .spawn(move || seal::run(sealer_queue, sealer_published, file_mode, found_parts))
+            .spawn(move || seal::run(sealer_queue, sealer_published, file_mode, part_bytes, found_parts))
             .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
         let writer = Writer {
             published: published.clone(),

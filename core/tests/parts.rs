@@ -174,24 +174,24 @@ fn damaged_part_files_cost_a_scan_never_an_answer() {
     append(&store, 0, 300); // fewer parts than the sealer lets pile up before merging them
     store.close().unwrap();
     let parts = files_with(dir.path(), "part");
-    assert!(parts.len() >= 5, "{parts:?}");
+    assert!(parts.len() >= 2, "{parts:?}");
 
-    // The body of the second part: answers stay exact.
-    let mut bytes = fs::read(&parts[1]).unwrap();
+    // The body of the first part: answers stay exact.
+    let mut bytes = fs::read(&parts[0]).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x55;
-    fs::write(&parts[1], &bytes).unwrap();
+    fs::write(&parts[0], &bytes).unwrap();
     let store = Store::open(dir.path(), options(4096)).unwrap();
     assert_eq!(store.recovery().scanned_log_bytes, 0);
     check_against_scan(&store, 300);
     store.close().unwrap();
 
-    // The header of the third part: it and every later part are dropped and scanned again.
-    let mut bytes = fs::read(&parts[2]).unwrap();
+    // The header of the second part: it and every later part are dropped and scanned again.
+    let mut bytes = fs::read(&parts[1]).unwrap();
     bytes[20] ^= 0x01;
-    fs::write(&parts[2], &bytes).unwrap();
+    fs::write(&parts[1], &bytes).unwrap();
     let store = Store::open(dir.path(), options(4096)).unwrap();
-    assert!(store.recovery().scanned_log_bytes > 4096, "{:?}", store.recovery());
+    assert!(store.recovery().scanned_log_bytes > 0, "{:?}", store.recovery());
     check_against_scan(&store, 300);
     append(&store, 300, 100);
     check_against_scan(&store, 400);
@@ -202,8 +202,9 @@ fn damaged_part_files_cost_a_scan_never_an_answer() {
     store.close().unwrap();
 }
 
-/// Parts pile up to at most `MAX_PARTS` (8) finished part files before the sealer merges them
-/// into one; a crash after a merge's rename leaves the parts it covered, which open skips.
+/// The sealer merges parts in tiers (`PART_FAN` = 4 parts of a tier make one of the next), so
+/// part files stay few: at most 3 per tier; a crash after a merge's rename leaves the parts it
+/// covered, which open skips.
 #[test]
 fn finished_parts_are_merged_so_their_files_stay_few() {
     let dir = tempfile::tempdir().unwrap();
@@ -212,7 +213,8 @@ fn finished_parts_are_merged_so_their_files_stay_few() {
         append(&store, round * 200, 200);
         store.wait_for_sealing();
         let parts = files_with(dir.path(), "part").len();
-        assert!(parts <= 9, "round {round}: {parts} part files");
+        // 2,000 events of about 90 bytes in parts of 1 KiB: under 4^4 parts, so 4 tiers.
+        assert!(parts <= 3 * 4, "round {round}: {parts} part files");
     }
     check_against_scan(&store, 2000);
     store.close().unwrap();

@@ -631,12 +631,12 @@ impl IndexFile {
     /// all checked on the way) and verified in memory.
     fn rebuild_from_log(&self) -> Result<VerifiedIndex> {
         let log = FileBytes::load_sealed(&self.log_path)?;
-        let bytes = if self.log_start == HEADER_LEN {
-            crate::index::seal::encode(&log, self.base, self.base + self.count, &self.log_path)?
-        } else {
-            let end = usize::try_from(self.log_end).unwrap_or(usize::MAX).min(log.len());
-            crate::index::seal::encode_part(&log[..end], self.log_start, self.base, self.base + self.count, &self.log_path)?
-        };
+        // The events from `log_start` up to `log_end`, whether this indexes a whole sealed
+        // segment or a part of one (a first part starts at the header too, but the log goes on
+        // past its end).
+        let end = usize::try_from(self.log_end).unwrap_or(usize::MAX).min(log.len());
+        let bytes =
+            crate::index::seal::encode_part(&log[..end], self.log_start, self.base, self.base + self.count, &self.log_path)?;
         let header = Header::parse(&bytes, self.base)?;
         let rebuilt = IndexFile::unverified(&self.path, self.base, header, &self.log_path, self.log_start);
         rebuilt.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))

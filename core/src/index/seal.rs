@@ -120,26 +120,50 @@ pub(crate) enum SealJob {
     /// from it. `start` is the byte it starts at, `end` the byte after its last commit marker,
     /// `next_base` the position after its last event.
     Part { entry: Arc<SegmentEntry>, start: usize, end: usize, next_base: u64 },
-    /// The writer has left the active segment; `last` is its last part's entry (empty if the
-    /// writer had just started it; otherwise handed over by a `Part` job just before). One index
-    /// file for the segment, merged from its parts' files (or, if one of them could not be
-    /// written, built from its log), is published in their place.
-    Segment { last: Arc<SegmentEntry>, next_base: u64 },
+    /// The writer has left the active segment (its last part was handed over by a `Part` job
+    /// just before, or, if the writer had just started it, is `empty_last`, an entry with no
+    /// event). One index file for the segment, merged from its parts' files (or, if one of them
+    /// could not be written, built from its log), is published in their place.
+    Segment { empty_last: Option<Arc<SegmentEntry>>, next_base: u64 },
 }
 
-/// Finished parts of the active segment the sealer lets pile up before it merges them into one
-/// part file: an open reads a header per part file, and walks and condition checks visit an
-/// entry per part, so their number stays at most this (plus the part the writer is filling).
-pub(crate) const MAX_PARTS: usize = 8;
+/// Parts of the active segment are merged in tiers, like the digits of a counter in base
+/// `PART_FAN`: a part's tier is how many times `PART_FAN` its log bytes are of `part_bytes`
+/// (rounded down, in powers), and whenever the newest `PART_FAN` part files share a tier they are
+/// merged into one of the next. So a segment of P parts has at most `PART_FAN - 1` part files
+/// per tier (about `(PART_FAN - 1) * log(P)` in all: an open reads a header each, walks and
+/// condition checks visit an entry each), and each event's index is rewritten `log(P)` times,
+/// not `P / k` times as merging everything every k parts would.
+pub(crate) const PART_FAN: usize = 4;
+
+/// The tier of a part that spans `bytes` of log (see [`PART_FAN`]).
+fn part_tier(bytes: u64, part_bytes: u64) -> u32 {
+    let mut tier = 0;
+    let mut size = part_bytes.max(1) * PART_FAN as u64;
+    while bytes >= size {
+        tier += 1;
+        size = size.saturating_mul(PART_FAN as u64);
+    }
+    tier
+}
 
 /// The sealer thread. `parts` are the active segment's parts open found (in position order); the
 /// sealer keeps that list as the writer hands over more. A failure is reported and leaves the
 /// index in memory in use; the next open rebuilds what is missing.
-pub(crate) fn run(queue: Receiver<SealJob>, published: Arc<Published>, mode: u32, mut parts: Vec<Arc<SegmentEntry>>) {
+pub(crate) fn run(
+    queue: Receiver<SealJob>,
+    published: Arc<Published>,
+    mode: u32,
+    part_bytes: u64,
+    mut parts: Vec<Arc<SegmentEntry>>,
+) {
     for job in queue {
         let what = match &job {
             SealJob::Part { entry, .. } => part_path(entry.log.path(), entry.base),
-            SealJob::Segment { last, .. } => index_path(last.log.path()),
+            SealJob::Segment { empty_last, next_base } => match parts.first().or(empty_last.as_ref()) {
+                Some(first) => index_path(first.log.path()),
+                None => PathBuf::from(format!("of the segment before position {next_base}")),
+            },
         };
         // A bug here must cost an index file (rebuilt by the next open), never the thread: the
         // jobs after it, and whoever waits for sealing, would wait forever.
@@ -149,16 +173,12 @@ pub(crate) fn run(queue: Receiver<SealJob>, published: Arc<Published>, mode: u32
                 // makes the segment's index be built from the log instead of merged.
                 parts.push(entry.clone());
                 seal_part(&entry, start, end, next_base, mode)?;
-                if parts.len() > MAX_PARTS {
-                    compact_parts(&mut parts, &published, mode)?;
-                }
+                while merge_newest_tier(&mut parts, &published, mode, part_bytes)? {}
                 Ok(())
             }
-            SealJob::Segment { last, next_base } => {
+            SealJob::Segment { empty_last, next_base } => {
                 let mut segment = std::mem::take(&mut parts);
-                if !segment.iter().any(|part| Arc::ptr_eq(part, &last)) {
-                    segment.push(last);
-                }
+                segment.extend(empty_last);
                 seal_segment(&segment, next_base, &published, mode)
             }
         }));
@@ -171,27 +191,31 @@ pub(crate) fn run(queue: Receiver<SealJob>, published: Arc<Published>, mode: u32
     }
 }
 
-/// Merges the leading parts of the active segment that have their index files into one part
-/// file (under the first one's name, which it replaces: their bodies are verified, so loaded,
-/// before it is written), publishes it in their place and removes the others' files.
-fn compact_parts(parts: &mut Vec<Arc<SegmentEntry>>, published: &Published, mode: u32) -> Result<()> {
-    let indexes: Vec<Arc<SegmentIndex>> = parts.iter().map(|p| p.index.load_full()).collect();
-    let files: Vec<&IndexFile> = indexes
+/// Merges the newest `PART_FAN` parts into one part file if they all have their index files and
+/// share a tier (see [`PART_FAN`]); returns whether it did. The merged file takes the first
+/// one's name, which it replaces (their bodies are verified, so loaded, before it is written);
+/// it is published in their place and the others' files are removed.
+fn merge_newest_tier(parts: &mut Vec<Arc<SegmentEntry>>, published: &Published, mode: u32, part_bytes: u64) -> Result<bool> {
+    let Some(from) = parts.len().checked_sub(PART_FAN) else { return Ok(false) };
+    let indexes: Vec<Arc<SegmentIndex>> = parts[from..].iter().map(|p| p.index.load_full()).collect();
+    let files: Option<Vec<&IndexFile>> = indexes
         .iter()
-        .map_while(|index| match &**index {
+        .map(|index| match &**index {
             SegmentIndex::Sealed(file) => Some(file),
             SegmentIndex::Tail(_) => None,
         })
         .collect();
-    if files.len() < 2 {
-        return Ok(());
+    let Some(files) = files else { return Ok(false) };
+    let tier = |file: &IndexFile| part_tier(file.log_end - file.log_start() as u64, part_bytes);
+    if files.iter().any(|file| tier(file) != tier(files[0])) {
+        return Ok(false);
     }
-    let merged = &parts[..files.len()];
+    let merged = &parts[from..];
     let first = &merged[0];
     let log_path = first.log.path();
     let verified: Vec<&file::VerifiedIndex> = files.iter().map(|f| f.verified()).collect::<Result<_>>()?;
     let path = part_path(log_path, first.base);
-    let log_end = files.last().expect("two or more").log_end;
+    let log_end = files.last().expect("PART_FAN parts").log_end;
     file::merge_parts(&verified, first.base, log_end, &path, mode)?;
     let index = IndexFile::open_part(&path, first.base, log_path, files[0].log_start())?;
     index.verified()?.tag_filter();
@@ -201,10 +225,10 @@ fn compact_parts(parts: &mut Vec<Arc<SegmentEntry>>, published: &Published, mode
     for part in &merged[1..] {
         let _ = std::fs::remove_file(part_path(log_path, part.base));
     }
-    let count = files.len();
     drop(files);
-    parts.splice(..count, [entry]);
-    Ok(())
+    parts.truncate(from);
+    parts.push(entry);
+    Ok(true)
 }
 
 fn seal_part(entry: &SegmentEntry, start: usize, end: usize, next_base: u64, mode: u32) -> Result<()> {

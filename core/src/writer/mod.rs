@@ -429,12 +429,15 @@ impl Writer {
         // segment: the sealer merges the parts' files into its index file. Until it publishes
         // that, readers use the parts.
         let end = self.active.end as usize;
-        if end > self.part_start {
+        let empty_last = if end > self.part_start {
             self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            let _ = self.sealer.send(SealJob::Part { entry: last_part.clone(), start: self.part_start, end, next_base: base });
-        }
+            let _ = self.sealer.send(SealJob::Part { entry: last_part, start: self.part_start, end, next_base: base });
+            None
+        } else {
+            Some(last_part)
+        };
         self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.sealer.send(SealJob::Segment { last: last_part, next_base: base });
+        let _ = self.sealer.send(SealJob::Segment { empty_last, next_base: base });
         self.part_start = crate::log::segment::FIRST_RECORD_OFFSET as usize;
         self.active = ActiveSegment {
             file,
