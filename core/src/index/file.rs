@@ -27,7 +27,7 @@
 //! 3 = dense list (at least one event in 32 carries the tag), payload the blob offset of: u32
 //!     count, ceil(events / 8) bitmap bytes, bit i (LSB first) = relative position i.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -131,7 +131,9 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     let mut type_ids: HashMap<&str, u32> = HashMap::new();
     let mut type_names: Vec<&str> = Vec::new();
     let mut type_column: Vec<u32> = Vec::with_capacity(count);
-    let mut tags: BTreeMap<&[u8], Vec<u32>> = BTreeMap::new();
+    // Hashed while collecting, sorted once at the end (a tree keyed by tag bytes spent most of
+    // the sealer's time comparing them).
+    let mut tags: HashMap<&[u8], Vec<u32>> = HashMap::new();
     for (rel, (_, event)) in contents.events.iter().enumerate() {
         let id = *type_ids.entry(event.event_type).or_insert_with(|| {
             type_names.push(event.event_type);
@@ -166,6 +168,8 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
 
     let mut blob = Vec::new();
     let mut builder = fst::MapBuilder::memory();
+    let mut tags: Vec<(&[u8], Vec<u32>)> = tags.into_iter().collect();
+    tags.sort_unstable_by(|a, b| a.0.cmp(b.0));
     for (tag, rels) in &tags {
         let value = push_postings(rels, count, &mut blob);
         builder.insert(tag, value).expect("tags are inserted in sorted order");

@@ -218,7 +218,7 @@ fn merge_newest_tier(parts: &mut Vec<Arc<SegmentEntry>>, published: &Published, 
     let log_end = files.last().expect("PART_FAN parts").log_end;
     file::merge_parts(&verified, first.base, log_end, &path, mode)?;
     let index = IndexFile::open_part(&path, first.base, log_path, files[0].log_start())?;
-    index.verified()?.tag_filter();
+    index.verified()?; // its tag filter on first need, as for a part
     let log = first.log.shared().expect("parts share the active segment's mapping");
     let entry = Arc::new(SegmentEntry::loaded(first.base, log_path.to_path_buf(), log, SegmentIndex::Sealed(index)));
     published.replace_parts(merged, entry.clone());
@@ -238,9 +238,10 @@ fn seal_part(entry: &SegmentEntry, start: usize, end: usize, next_base: u64, mod
     let path = part_path(log_path, entry.base);
     file::write(&path, &bytes, mode)?;
     let index = IndexFile::open_part(&path, entry.base, log_path, start)?;
-    // In the page cache now: verify it and build the condition checks' tag filter while that
-    // is cheap.
-    index.verified()?.tag_filter();
+    // In the page cache now: verify it while that is cheap. Its tag filter is left to the first
+    // condition that needs it: parts are merged soon, and building a filter per part and per
+    // merge took a fifth of the sealer's time, which bounds how fast appends can go.
+    index.verified()?;
     entry.index.store(Arc::new(SegmentIndex::Sealed(index)));
     Ok(())
 }
