@@ -4,9 +4,10 @@
 
 mod common;
 
+use common::files_with;
+
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use lapilli_core::{Durability, Event, Options, Planner, Position, Query, QueryItem, ReadOptions, Store};
 
@@ -36,15 +37,6 @@ fn append(store: &Store, from: u64, count: u64) {
     }
 }
 
-fn files_with(dir: &Path, extension: &str) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == extension))
-        .collect();
-    found.sort();
-    found
-}
 
 fn queries() -> Vec<Query> {
     vec![

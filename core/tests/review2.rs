@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::files_with;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -12,15 +14,6 @@ use lapilli_core::log::format::{HEADER_LEN, decode_header, encode_header};
 use lapilli_core::log::recovery::{ScanPoint, scan_records};
 use lapilli_core::{ErrorKind, Event, Query, ReadOptions, Store};
 
-fn files_with(dir: &Path, extension: &str) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == extension))
-        .collect();
-    files.sort();
-    files
-}
 
 /// Byte offsets of the committed events' frames in a segment file.
 fn event_offsets(path: &Path) -> Vec<usize> {

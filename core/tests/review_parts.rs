@@ -4,22 +4,14 @@
 
 mod common;
 
+use common::files_with;
+
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use lapilli_core::{AppendCondition, Durability, Event, Options, Query, ReadOptions, Store};
 
-fn files_with(dir: &Path, extension: &str) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == extension))
-        .collect();
-    found.sort();
-    found
-}
 
 fn event(i: u64) -> Event {
     let mut tags = vec![format!("entity:{i}")];

@@ -2,8 +2,10 @@
 //! cost (not their square), and type sets of frequent tags stay exact across merged, carried
 //! and covered parts.
 
+mod common;
+
+use common::files_with;
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use lapilli_core::{Durability, Event, Options, Planner, Query, QueryItem, ReadOptions, Store};
@@ -11,15 +13,6 @@ use lapilli_core::{Durability, Event, Options, Planner, Query, QueryItem, ReadOp
 /// Tests here measure process-wide I/O counters: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn files_with(dir: &Path, extension: &str) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == extension))
-        .collect();
-    found.sort();
-    found
-}
 
 fn event(i: u64) -> Event {
     let mut tags = vec![format!("entity:{i}")];

@@ -191,6 +191,17 @@ pub(crate) fn run(
     }
 }
 
+/// The index files answering `indexes`, or None if one of them is still in memory.
+fn index_files(indexes: &[Arc<SegmentIndex>]) -> Option<Vec<&IndexFile>> {
+    indexes
+        .iter()
+        .map(|index| match &**index {
+            SegmentIndex::Sealed(file) => Some(file),
+            SegmentIndex::Tail(_) => None,
+        })
+        .collect()
+}
+
 /// Merges the newest `PART_FAN` parts into one part file if they all have their index files and
 /// share a tier (see [`PART_FAN`]); returns whether it did. The merged file takes the first
 /// one's name, which it replaces (their bodies are verified, so loaded, before it is written);
@@ -198,13 +209,7 @@ pub(crate) fn run(
 fn merge_newest_tier(parts: &mut Vec<Arc<SegmentEntry>>, published: &Published, mode: u32, part_bytes: u64) -> Result<bool> {
     let Some(from) = parts.len().checked_sub(PART_FAN) else { return Ok(false) };
     let indexes: Vec<Arc<SegmentIndex>> = parts[from..].iter().map(|p| p.index.load_full()).collect();
-    let files: Option<Vec<&IndexFile>> = indexes
-        .iter()
-        .map(|index| match &**index {
-            SegmentIndex::Sealed(file) => Some(file),
-            SegmentIndex::Tail(_) => None,
-        })
-        .collect();
+    let files = index_files(&indexes);
     let Some(files) = files else { return Ok(false) };
     let tier = |file: &IndexFile| part_tier(file.log_end - file.log_start() as u64, part_bytes);
     if files.iter().any(|file| tier(file) != tier(files[0])) {
@@ -256,13 +261,7 @@ fn seal_segment(parts: &[Arc<SegmentEntry>], next_base: u64, published: &Publish
     let bases: Vec<u64> = parts.iter().map(|p| p.base).chain([next_base]).collect();
     let indexes: Vec<Arc<SegmentIndex>> =
         parts.iter().zip(bases.windows(2)).filter(|(_, b)| b[0] < b[1]).map(|(p, _)| p.index.load_full()).collect();
-    let files: Option<Vec<&IndexFile>> = indexes
-        .iter()
-        .map(|index| match &**index {
-            SegmentIndex::Sealed(file) => Some(file),
-            SegmentIndex::Tail(_) => None,
-        })
-        .collect();
+    let files = index_files(&indexes);
     let merged = files.and_then(|files| {
         let verified: Result<Vec<&file::VerifiedIndex>> = files.iter().map(|f| f.verified()).collect();
         let log_end = files.last().map_or(HEADER_LEN as u64, |f| f.log_end);

@@ -103,3 +103,14 @@ pub fn child_output(mut command: std::process::Command) -> String {
     assert!(out.status.success(), "child failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     stdout
 }
+
+/// The files in `dir` whose extension is `extension`, sorted.
+pub fn files_with(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == extension))
+        .collect();
+    found.sort();
+    found
+}
