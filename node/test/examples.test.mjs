@@ -44,8 +44,12 @@ test('examples/node/course_subscriptions.mjs: three of five racing students get 
   assert.ok(lines.includes('c1 seats taken: 3 of 3'), lines.join('\n'))
   assert.equal(lines.filter((l) => / subscribed to c1 at position /.test(l)).length, 3)
   assert.equal(lines.filter((l) => /not subscribed to c1: course full/.test(l)).length, 2)
-  assert.ok(lines.includes('s1 subscribed to c2'))
-  assert.ok(lines.includes('s1 not subscribed to c3: student takes too many courses'))
+  // Which three students win the race is up to the scheduler: s1's limit of two courses is
+  // reached at c3 if it won a seat in c1, else it takes c3 too.
+  assert.ok(lines.includes('s1 subscribed to c2'), lines.join('\n'))
+  const s1WonC1 = lines.some((l) => l.startsWith('s1 subscribed to c1 at position '))
+  const c3 = s1WonC1 ? 's1 not subscribed to c3: student takes too many courses' : 's1 subscribed to c3'
+  assert.ok(lines.includes(c3), lines.join('\n'))
   const subscriptions = await readStore(dir, Query.forTypes('StudentSubscribedToCourse'))
   const c1 = subscriptions.filter((e) => e.tags.includes('course:c1'))
   assert.equal(c1.length, 3)
