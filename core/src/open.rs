@@ -18,7 +18,7 @@ use crate::index::seal;
 use crate::index::tail::TailIndex;
 use crate::index::IndexView;
 use crate::index::plan::SegmentAccess;
-use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN, parse_marker, parse_segment_file_name};
+use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN, chain_before, parse_marker, parse_segment_file_name};
 use crate::log::recovery::{ScanPoint, Tail, scan_records};
 use crate::log::segment::{
     ActiveSegment, FileBytes, check_header, create_segment, drop_cached_pages, grow_empty_segment, open_with_mode,
@@ -580,7 +580,7 @@ fn accept_parts(log: &[u8], base: u64, log_path: &Path, header_crc: u32, found: 
     // events, whose checksum seeds the scan. If not, fall back to the part before it.
     while let Some((last, _)) = chained.last() {
         let end = last.log_end as usize;
-        let closes = seal::chain_before(log, end).and_then(|chain| {
+        let closes = chain_before(log, end).and_then(|chain| {
             let (first, count) = parse_marker(&log[end - MARKER_RECORD_LEN + FRAME_LEN..end])?;
             let next_position = last.base + last.count;
             (first + count as u64 == next_position).then_some(ScanPoint { offset: end, chain, next_position })

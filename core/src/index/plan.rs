@@ -19,7 +19,7 @@ use crate::index::file::TYPE_SET_MIN_EVENTS;
 use crate::index::postings::Postings;
 use crate::index::{IndexView, Planner};
 use crate::error::Error;
-use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, record_crc};
+use crate::log::format::{FRAME_LEN, HEADER_LEN, chain_before, record_crc};
 use crate::log::segment::SegmentLog;
 use crate::position::Position;
 use crate::query::{Query, QueryItem};
@@ -60,19 +60,14 @@ impl SegmentAccess<'_> {
     /// previous event's in the same batch, or the commit marker of the batch before.
     fn chain_seed(&self, log: &[u8], rel: u32, offset: usize) -> Option<u32> {
         let crc_at = |at: usize| log.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-        if offset == HEADER_LEN {
-            return crc_at(HEADER_LEN - 4);
-        }
-        if rel > 0 {
+        if rel > 0 && offset != HEADER_LEN {
             let previous = self.index.offset(rel - 1) as usize;
             let previous_len = crc_at(previous)? as usize;
             if previous + FRAME_LEN + previous_len == offset {
                 return crc_at(previous + 4);
             }
         }
-        let marker = offset.checked_sub(MARKER_RECORD_LEN)?;
-        (crc_at(marker)? as usize == MARKER_PAYLOAD_LEN).then_some(())?;
-        crc_at(marker + 4)
+        chain_before(log, offset)
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::mpsc::Receiver;
 use crate::error::{Error, Result};
 use crate::index::SegmentIndex;
 use crate::index::file::{self, IndexFile, index_path};
-use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_PAYLOAD_LEN, MARKER_RECORD_LEN, parse_marker};
+use crate::log::format::{HEADER_LEN, chain_before};
 use crate::log::recovery::{Scan, ScanPoint, Stop, scan_committed};
 use crate::log::segment::check_header;
 use crate::read::{Published, SegmentEntry};
@@ -75,19 +75,6 @@ pub(crate) fn encode_part(log: &[u8], start: usize, base: u64, next_base: u64, l
     }
     let contents = file::contents_of(log, base, &scan.event_offsets, scan.end.offset as u64)?;
     Ok(file::encode(&contents))
-}
-
-/// The chain value a record starting at byte `offset` is seeded with: the segment header's CRC
-/// or, after it, that of the commit marker ending at `offset` (None: no marker ends there).
-pub(crate) fn chain_before(log: &[u8], offset: usize) -> Option<u32> {
-    let crc_at = |at: usize| log.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-    if offset == HEADER_LEN {
-        return crc_at(HEADER_LEN - 4);
-    }
-    let marker = offset.checked_sub(MARKER_RECORD_LEN)?;
-    let payload = log.get(marker + FRAME_LEN..offset)?;
-    (crc_at(marker)? as usize == MARKER_PAYLOAD_LEN && parse_marker(payload).is_some()).then_some(())?;
-    crc_at(marker + 4)
 }
 
 /// The name of the index file of the part of segment `log_path` that starts at `part_base`.

@@ -106,6 +106,20 @@ pub fn parse_marker(payload: &[u8]) -> Option<(u64, u32)> {
     Some((u64::from_le_bytes(payload[1..9].try_into().unwrap()), u32::from_le_bytes(payload[9..13].try_into().unwrap())))
 }
 
+/// The chain value a record starting at byte `offset` of a segment's bytes `log` is seeded with,
+/// when the record before it is not an event of the same batch: the segment header's CRC at the
+/// first record, else that of the commit marker ending at `offset` (None: no record of a
+/// marker's length ends there).
+pub fn chain_before(log: &[u8], offset: usize) -> Option<u32> {
+    let crc_at = |at: usize| log.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+    if offset == HEADER_LEN {
+        return crc_at(HEADER_LEN - 4);
+    }
+    let marker = offset.checked_sub(MARKER_RECORD_LEN)?;
+    (crc_at(marker)? as usize == MARKER_PAYLOAD_LEN).then_some(())?;
+    crc_at(marker + 4)
+}
+
 /// File name of the segment whose first event is at `base`: sorting names sorts positions.
 pub fn segment_file_name(base: u64) -> String {
     format!("{base:020}.log")
