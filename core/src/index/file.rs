@@ -388,12 +388,7 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
                     .postings_of_value(value.value, tag)
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
                 let first = firsts[value.index];
-                let last = parts[value.index].count as u32 - 1;
-                let mut from = 0;
-                while let Some(rel) = postings.first_in(from, last) {
-                    rels.push(first + rel);
-                    from = rel + 1;
-                }
+                postings.for_each_up_to(parts[value.index].count as u32 - 1, |rel| rels.push(first + rel));
             }
             let value = push_postings(&rels, count, &mut blob);
             builder.insert(tag, value).map_err(std::io::Error::other)?;
@@ -762,15 +757,9 @@ impl VerifiedIndex {
             return types.clone();
         }
         let mut seen = std::collections::BTreeSet::new();
-        let last = (self.count as u32).saturating_sub(1);
-        let mut from = 0;
-        while let Some(rel) = postings.first_in(from, last) {
+        postings.for_each_up_to((self.count as u32).saturating_sub(1), |rel| {
             seen.insert(self.type_at(rel));
-            if rel == last {
-                break;
-            }
-            from = rel + 1;
-        }
+        });
         let types: Arc<[u32]> = seen.into_iter().collect();
         self.tag_types.lock().unwrap_or_else(|p| p.into_inner()).insert(tag.into(), types.clone());
         types

@@ -81,6 +81,32 @@ impl Postings {
         }
     }
 
+    /// Calls `visit` with every element up to `last`, ascending: a list in one pass (no search
+    /// per element), a bitmap through its set bits.
+    pub fn for_each_up_to(&self, last: u32, mut visit: impl FnMut(u32)) {
+        match self {
+            Postings::List(list) => {
+                for i in 0..list.len() {
+                    let rel = list.get(i);
+                    if rel > last {
+                        break;
+                    }
+                    visit(rel);
+                }
+            }
+            Postings::Bitmap { .. } => {
+                let mut from = 0;
+                while let Some(rel) = self.first_in(from, last) {
+                    visit(rel);
+                    match rel.checked_add(1) {
+                        Some(next) => from = next,
+                        None => break,
+                    }
+                }
+            }
+        }
+    }
+
     /// The smallest element in `from..=to`.
     pub fn first_in(&self, from: u32, to: u32) -> Option<u32> {
         if from > to {

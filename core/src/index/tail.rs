@@ -75,16 +75,12 @@ impl TailIndex {
         let tags = tail.tags.pin();
         index.each_tag(|tag, postings| {
             let Ok(tag) = std::str::from_utf8(tag) else { return };
-            let mut from = 0;
-            while let Some(rel) = postings.first_in(from, last) {
-                match tags.get(tag) {
-                    Some(list) => list.push(rel),
-                    None => {
-                        tags.insert(tag.into(), TagPostings { count: AtomicU32::new(1), first: rel, all: ArcSwapOption::empty() });
-                    }
+            postings.for_each_up_to(last, |rel| match tags.get(tag) {
+                Some(list) => list.push(rel),
+                None => {
+                    tags.insert(tag.into(), TagPostings { count: AtomicU32::new(1), first: rel, all: ArcSwapOption::empty() });
                 }
-                from = rel + 1;
-            }
+            });
         })?;
         drop(tags);
         Ok(tail)
