@@ -123,6 +123,26 @@ fn push_postings(rels: &[u32], count: usize, blob: &mut Vec<u8>) -> u64 {
     }
 }
 
+/// Whether an index of `types` distinct types stores u32 type ids (else u16).
+fn wide_types(types: usize) -> bool {
+    types > u16::MAX as usize + 1
+}
+
+/// One entry of the type column.
+fn put_type_id(out: &mut impl Write, id: u32, wide: bool) -> std::io::Result<()> {
+    if wide { out.write_all(&id.to_le_bytes()) } else { out.write_all(&(id as u16).to_le_bytes()) }
+}
+
+/// The type dictionary: the number of names, then each as its length (u8) and bytes.
+fn put_type_dict(out: &mut impl Write, names: &[&str]) -> std::io::Result<()> {
+    out.write_all(&(names.len() as u32).to_le_bytes())?;
+    for name in names {
+        out.write_all(&[name.len() as u8])?;
+        out.write_all(name.as_bytes())?;
+    }
+    Ok(())
+}
+
 /// Encodes the index file for `contents`. Deterministic: tags in byte order, types in order of
 /// first appearance.
 pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
@@ -144,7 +164,8 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
             tags.entry(tag.as_bytes()).or_default().push(rel as u32);
         }
     }
-    let wide = type_names.len() > u16::MAX as usize + 1;
+    let wide = wide_types(type_names.len());
+    let in_memory = "writing to memory cannot fail";
 
     let mut out = vec![0u8; INDEX_HEADER_LEN];
     let offsets_at = out.len();
@@ -153,18 +174,10 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     }
     let types_at = out.len();
     for &id in &type_column {
-        if wide {
-            out.extend_from_slice(&id.to_le_bytes());
-        } else {
-            out.extend_from_slice(&(id as u16).to_le_bytes());
-        }
+        put_type_id(&mut out, id, wide).expect(in_memory);
     }
     let type_dict_at = out.len();
-    out.extend_from_slice(&(type_names.len() as u32).to_le_bytes());
-    for name in &type_names {
-        out.push(name.len() as u8);
-        out.extend_from_slice(name.as_bytes());
-    }
+    put_type_dict(&mut out, &type_names).expect(in_memory);
 
     let mut blob = Vec::new();
     let mut builder = fst::MapBuilder::memory();
@@ -340,7 +353,7 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
         }
         part_to_global.push(map);
     }
-    let wide = type_names.len() > u16::MAX as usize + 1;
+    let wide = wide_types(type_names.len());
 
     let mut out = BodyWriter {
         inner: std::io::BufWriter::with_capacity(1 << 20, file),
@@ -357,20 +370,11 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
     let types_at = out.written;
     for (part, map) in parts.iter().zip(&part_to_global) {
         for rel in 0..part.count as u32 {
-            let id = map[part.type_at(rel) as usize];
-            if wide {
-                out.write_all(&id.to_le_bytes())?;
-            } else {
-                out.write_all(&(id as u16).to_le_bytes())?;
-            }
+            put_type_id(&mut out, map[part.type_at(rel) as usize], wide)?;
         }
     }
     let type_dict_at = out.written;
-    out.write_all(&(type_names.len() as u32).to_le_bytes())?;
-    for name in &type_names {
-        out.write_all(&[name.len() as u8])?;
-        out.write_all(name.as_bytes())?;
-    }
+    put_type_dict(&mut out, &type_names)?;
 
     let fst_at = out.written;
     let mut blob = Vec::new();
