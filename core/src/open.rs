@@ -149,15 +149,38 @@ pub(crate) fn cannot_read(path: &Path, e: &io::Error) -> Error {
 }
 
 pub(crate) fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
-    let mut found = Vec::new();
+    Ok(list_store(dir)?.segments)
+}
+
+/// A store directory's files, from one listing.
+struct StoreFiles {
+    /// Segments by base, in position order.
+    segments: Vec<(u64, PathBuf)>,
+    /// Temporary index files: a crash while an index file was written leaves one behind.
+    temporaries: Vec<PathBuf>,
+    /// Part index files by the base of their segment, each list in position order.
+    parts: BTreeMap<u64, Vec<(u64, PathBuf)>>,
+}
+
+fn list_store(dir: &Path) -> Result<StoreFiles> {
+    let mut found = StoreFiles { segments: Vec::new(), temporaries: Vec::new(), parts: BTreeMap::new() };
     let entries = fs::read_dir(dir).map_err(|e| cannot_read(dir, &e))?;
     for entry in entries {
         let entry = entry.map_err(|e| cannot_read(dir, &e))?;
-        if let Some(base) = entry.file_name().to_str().and_then(parse_segment_file_name) {
-            found.push((base, entry.path()));
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else { continue };
+        if let Some(base) = parse_segment_file_name(name) {
+            found.segments.push((base, entry.path()));
+        } else if index_file::is_temporary_name(name) {
+            found.temporaries.push(entry.path());
+        } else if let Some((segment, part)) = seal::parse_part_file_name(name) {
+            found.parts.entry(segment).or_default().push((part, entry.path()));
         }
     }
-    found.sort();
+    found.segments.sort();
+    for parts in found.parts.values_mut() {
+        parts.sort();
+    }
     Ok(found)
 }
 
@@ -321,20 +344,6 @@ fn encode_from_log(path: &Path, base: u64, next_base: u64, report: &mut Recovery
     seal::encode(&log, base, next_base, path)
 }
 
-/// Temporary index files in `dir`: a crash while an index file was written leaves one behind.
-fn index_temporaries(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries =
-        fs::read_dir(dir).map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
-    let mut found = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format_args!("cannot list {}", dir.display()), &e))?;
-        if entry.file_name().to_str().is_some_and(index_file::is_temporary_name) {
-            found.push(entry.path());
-        }
-    }
-    Ok(found)
-}
-
 pub(crate) fn gap(path: &Path, base: u64, next_position: u64) -> Error {
     Error::corruption(format!(
         "segment {} starts at position {base}; the log before it ends at {}",
@@ -367,15 +376,15 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     if prepared.exists() {
         fs::remove_file(&prepared).map_err(|e| Error::io(format_args!("cannot remove {}", prepared.display()), &e))?;
     }
-    let mut segments = list_segments(dir)?;
+    let mut listed = list_store(dir)?;
     let mut report = RecoveryReport::default();
-    if segments.is_empty() {
+    if listed.segments.is_empty() {
         create_segment(dir, 1, options.segment_size, options.file_mode)?;
-        segments = list_segments(dir)?;
+        listed = list_store(dir)?;
     }
-    // Listed now and removed once the open has succeeded: a refused open changes no file.
-    let leftover_temporaries = index_temporaries(dir)?;
-    let mut parts = list_parts(dir)?;
+    // Temporaries and parts that open does not use are removed once it has succeeded: a
+    // refused open changes no file.
+    let StoreFiles { mut segments, temporaries: leftover_temporaries, mut parts } = listed;
     let count = segments.len();
     let (base, path) = segments.pop().expect("at least one segment");
     let last_sealed = segments.last().map(|(sealed_base, sealed_path)| (*sealed_base, sealed_path.clone()));
@@ -506,22 +515,6 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
         report,
         last_recorded_at,
     })
-}
-
-/// Part index files in `dir`, by the base of their segment, each list in position order.
-pub(crate) fn list_parts(dir: &Path) -> Result<BTreeMap<u64, Vec<(u64, PathBuf)>>> {
-    let mut found: BTreeMap<u64, Vec<(u64, PathBuf)>> = BTreeMap::new();
-    let entries = fs::read_dir(dir).map_err(|e| cannot_read(dir, &e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| cannot_read(dir, &e))?;
-        if let Some((segment, part)) = entry.file_name().to_str().and_then(seal::parse_part_file_name) {
-            found.entry(segment).or_default().push((part, entry.path()));
-        }
-    }
-    for parts in found.values_mut() {
-        parts.sort();
-    }
-    Ok(found)
 }
 
 /// The part index files of the active segment open trusts, and where its scan resumes.
