@@ -338,6 +338,12 @@ impl Writer {
         self.start_part();
     }
 
+    /// Queues `job` for the sealer, counted as pending until the sealer has done it.
+    fn hand_to_sealer(&self, job: SealJob) {
+        self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _ = self.sealer.send(job);
+    }
+
     /// Starts a new part at the head, handing the current one (if it holds any event) to the
     /// sealer. The caller has made the current part's bytes durable.
     fn start_part(&mut self) {
@@ -352,8 +358,7 @@ impl Writer {
         self.published.add_segment(entry.clone());
         let finished = std::mem::replace(&mut self.active_entry, entry);
         self.active_index = tail;
-        self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.sealer.send(SealJob::Part { entry: finished, start: self.part_start, end, next_base });
+        self.hand_to_sealer(SealJob::Part { entry: finished, start: self.part_start, end, next_base });
         self.part_start = end;
         // The writer's memory is bounded only if the sealer keeps up: each part it has not
         // written yet is still indexed in memory (measured: appending 3M small events as fast as
@@ -440,14 +445,12 @@ impl Writer {
         // that, readers use the parts.
         let end = self.active.end as usize;
         let empty_last = if end > self.part_start {
-            self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            let _ = self.sealer.send(SealJob::Part { entry: last_part, start: self.part_start, end, next_base: base });
+            self.hand_to_sealer(SealJob::Part { entry: last_part, start: self.part_start, end, next_base: base });
             None
         } else {
             Some(last_part)
         };
-        self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.sealer.send(SealJob::Segment { empty_last, next_base: base });
+        self.hand_to_sealer(SealJob::Segment { empty_last, next_base: base });
         self.part_start = crate::log::segment::FIRST_RECORD_OFFSET as usize;
         self.active = ActiveSegment {
             file,
