@@ -37,6 +37,22 @@ const asyncDisposeSymbol = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispos
 
 const DONE = Object.freeze({ value: undefined, done: true })
 
+/** An async iterator of `next` and `return` (no `throw`), iterable itself and disposed by
+ * `await using` through its `return`. */
+function lapilliIterator(next, ret) {
+  const iterator = {
+    next,
+    return: ret,
+    [Symbol.asyncIterator]() {
+      return iterator
+    },
+    [asyncDisposeSymbol]: async () => {
+      await iterator.return()
+    },
+  }
+  return iterator
+}
+
 function typeError(message) {
   return new TypeError(message)
 }
@@ -327,24 +343,15 @@ class ReadResult {
     }
     // Calls to next() are served one after another, as an async generator would.
     let last = Promise.resolve()
-    const iterator = {
-      next: () => {
-        const result = last.then(step)
-        last = result.catch(() => {})
-        return result
-      },
-      return: async () => {
-        this.close()
-        return DONE
-      },
-      [Symbol.asyncIterator]() {
-        return iterator
-      },
-      [asyncDisposeSymbol]: async () => {
-        this.close()
-      },
+    const next = () => {
+      const result = last.then(step)
+      last = result.catch(() => {})
+      return result
     }
-    return iterator
+    return lapilliIterator(next, async () => {
+      this.close()
+      return DONE
+    })
   }
 
   /** Events one by one. Hand-written rather than an async generator: one resolved Promise per
@@ -353,28 +360,19 @@ class ReadResult {
     const batches = this.batches()
     let events = []
     let next = 0
-    const iterator = {
-      next: () => {
-        if (next < events.length) return Promise.resolve({ value: events[next++], done: false })
-        return batches.next().then((step) => {
-          if (step.done) return DONE
-          events = step.value
-          next = 1
-          return { value: events[0], done: false }
-        })
-      },
-      return: () => {
-        events = []
-        return batches.return()
-      },
-      [Symbol.asyncIterator]() {
-        return iterator
-      },
-      [asyncDisposeSymbol]: async () => {
-        await iterator.return()
-      },
+    const step = () => {
+      if (next < events.length) return Promise.resolve({ value: events[next++], done: false })
+      return batches.next().then((step) => {
+        if (step.done) return DONE
+        events = step.value
+        next = 1
+        return { value: events[0], done: false }
+      })
     }
-    return iterator
+    return lapilliIterator(step, () => {
+      events = []
+      return batches.return()
+    })
   }
 
   /** `using read = store.read(...)`: closes the read at the end of the block. */
@@ -617,28 +615,19 @@ class Subscription {
 
   /** Events one by one; `break` (which calls `return()`) closes the subscription. */
   [Symbol.asyncIterator]() {
-    const iterator = {
-      next: async () => {
-        while (await this.#fill(SUBSCRIPTION_BATCH, undefined, undefined)) {
-          if (this.#next >= this.#buffer.length) continue // another consumer took it
-          const event = this.#buffer[this.#next++]
-          this.#position = event.position
-          return { value: event, done: false }
-        }
-        return DONE
-      },
-      return: async () => {
-        this.close()
-        return DONE
-      },
-      [Symbol.asyncIterator]() {
-        return iterator
-      },
-      [asyncDisposeSymbol]: async () => {
-        this.close()
-      },
+    const next = async () => {
+      while (await this.#fill(SUBSCRIPTION_BATCH, undefined, undefined)) {
+        if (this.#next >= this.#buffer.length) continue // another consumer took it
+        const event = this.#buffer[this.#next++]
+        this.#position = event.position
+        return { value: event, done: false }
+      }
+      return DONE
     }
-    return iterator
+    return lapilliIterator(next, async () => {
+      this.close()
+      return DONE
+    })
   }
 }
 
