@@ -25,7 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
@@ -509,11 +509,11 @@ impl NativeRead {
     /// thread straight from the mapped log.
     #[napi]
     pub fn next_batch<'env>(&self, env: &'env Env, max: u32) -> Result<PromiseRaw<'env, Batch>> {
-        let read = self.inner.clone();
+        let shared = self.inner.clone();
         let closing = self.closing.clone();
         let max = max.max(1) as usize;
         env.spawn_future(blocking(move || {
-            let mut slot = read.lock().unwrap_or_else(|p| p.into_inner());
+            let mut slot = shared.lock().unwrap_or_else(|p| p.into_inner());
             let mut batch = BatchBuilder::default();
             let Some(read) = slot.as_mut() else { return batch.finish() };
             let mut done = false;
@@ -533,6 +533,17 @@ impl NativeRead {
                 // Read to the end or closed meanwhile: let the snapshot go now, not at GC.
                 slot.take();
             }
+            drop(slot);
+            // A `close` that came after the last check above found the lock held and left the
+            // release to this batch: look again now that the lock is free. With the fence here
+            // and the one in `close`, either its `try_lock` saw the lock free or this sees its
+            // flag (before, the snapshot then stayed until GC: a disposed read not `closed`).
+            fence(Ordering::SeqCst);
+            if closing.load(Ordering::Relaxed) {
+                if let Ok(mut slot) = shared.try_lock() {
+                    slot.take();
+                }
+            }
             batch.finish()
         }))
     }
@@ -541,6 +552,7 @@ impl NativeRead {
     #[napi]
     pub fn close(&self) {
         self.closing.store(true, Ordering::Release);
+        fence(Ordering::SeqCst); // pairs with the one after a batch (see `next_batch`)
         match self.inner.try_lock() {
             Ok(mut slot) => drop(slot.take()),
             Err(TryLockError::Poisoned(p)) => drop(p.into_inner().take()),
