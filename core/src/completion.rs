@@ -100,13 +100,16 @@ impl Completions {
     }
 
     /// Lets the thread finish what is queued, and joins it (unless called from it: a callback
-    /// that closes its store). Later jobs run on the thread that produces them.
+    /// that closes its store). Later jobs run on the thread that produces them. A second call
+    /// racing the first returns once the thread has ended too.
     pub fn stop(&self) {
         drop(self.queue.lock().unwrap_or_else(|p| p.into_inner()).take());
         if std::thread::current().id() == self.thread_id {
             return;
         }
-        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        // Held while joining, so that a racing `stop` waits for the end as well.
+        let mut thread = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(thread) = thread.take() {
             let _ = thread.join();
         }
     }

@@ -362,10 +362,15 @@ impl Store {
     /// A failure of the final fsync is returned (`Io`): with `buffered` durability that fsync is
     /// the only one, so an error there means appends answered `Ok` may not be on disk.
     pub fn close(&self) -> Result<()> {
-        // Held until the end: a second `close` racing this one returns only once this one has
-        // stopped the writer and released the lock, never before the final fsync.
+        // Held until the writer is stopped and the lock released: a second `close` racing this
+        // one returns only then, never before the final fsync. Not held while the completion
+        // thread is joined: a callback on that thread that closes the store too would wait for
+        // it, while this close waited for the callback.
         let mut running = self.threads.lock().unwrap_or_else(|p| p.into_inner());
         let Some(threads) = running.take() else {
+            drop(running);
+            // Closed, or being closed: wait for its completion thread as that close does.
+            self.completions.stop();
             return Ok(());
         };
         self.published.closed.store(true, Ordering::Release);
@@ -388,9 +393,6 @@ impl Store {
                 Ok(())
             }
         };
-        // Every answer and wake-up of this handle was produced by now (the writer has answered
-        // all it had, the close above woke every registered subscription): run them, then stop.
-        self.completions.stop();
         if let Some(lock) = self.lock.lock().unwrap_or_else(|p| p.into_inner()).take() {
             // Unlock explicitly rather than only by closing the descriptor: a child that another
             // thread forks meanwhile shares the lock's open file description until it execs, and
@@ -398,6 +400,11 @@ impl Store {
             // SAFETY: plain syscall on a descriptor we own.
             unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&lock), libc::LOCK_UN) };
         }
+        drop(running);
+        // Every answer and wake-up of this handle was produced by now (the writer has answered
+        // all it had, the close above woke every registered subscription): run them, then stop
+        // (a racing close waits for this join too, unless it runs on the completion thread).
+        self.completions.stop();
         outcome
     }
 }
