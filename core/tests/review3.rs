@@ -4,14 +4,56 @@
 
 mod common;
 
+use common::{files_with, segment_path};
+
 use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use lapilli_core::{Event, Options, Store};
+use lapilli_core::{Durability, Event, Options, Query, ReadOptions, Store};
 
 fn event(i: u64, data_len: usize) -> Event {
     Event::new(format!("Type{}", i % 5), [format!("entity:{i}"), "hot".to_string()], vec![(i % 251) as u8; data_len])
+}
+
+/// When a segment's index cannot be merged from its parts (a part whose file could not be
+/// written is still answered from memory), the sealer builds it from the log and removes every
+/// part file. A read that began before (its snapshot holds the parts' entries) and had not yet
+/// used a part found at open (its body is loaded on first use, by path) then failed with
+/// "cannot read ... No such file or directory" instead of answering.
+#[test]
+fn a_read_begun_before_a_segment_is_built_from_its_log_still_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { durability: Durability::Buffered, segment_size: 64 << 10, part_bytes: 1, ..Options::default() };
+    // First session: every append its own part; parts merge; close.
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    for i in 0..40 {
+        store.append(vec![event(i, 100)], None).unwrap();
+    }
+    store.close().unwrap();
+    assert!(files_with(dir.path(), "part").len() >= 2, "parts left for the next open to find");
+
+    // Second session: the parts are found (headers only); the next part's file cannot be
+    // written (its temporary name is taken by a directory), so the segment's index will be
+    // built from the log.
+    let store = Store::open(dir.path(), options).unwrap();
+    let head = store.head().unwrap().get();
+    let log = segment_path(dir.path(), 1);
+    let blocked = log.with_extension(format!("{:020}.idx.tmp", head + 1));
+    std::fs::create_dir(&blocked).unwrap();
+    let read = store.read(&Query::all(), ReadOptions::default()).unwrap();
+    let mut i = head;
+    // Fill the segment and roll over.
+    while files_with(dir.path(), "log").len() < 2 {
+        store.append(vec![event(i, 1000)], None).unwrap();
+        i += 1;
+    }
+    store.wait_for_sealing();
+    assert!(files_with(dir.path(), "idx").len() == 1, "the first segment is sealed");
+    let answered = read.collect_all().map(|events| events.len() as u64);
+    std::fs::remove_dir(&blocked).unwrap();
+    assert_eq!(answered.unwrap(), head);
+    store.close().unwrap();
 }
 
 /// `close` holds the handle's thread lock until it has joined the completion thread. A

@@ -263,7 +263,18 @@ fn seal_segment(parts: &[Arc<SegmentEntry>], next_base: u64, published: &Publish
     published.replace_parts(parts, entry);
     log.advise_point_reads();
     for part in parts {
-        let _ = std::fs::remove_file(part_path(log_path, part.base));
+        // A read that took its snapshot before holds the part's entry, and an index file's body
+        // is loaded on first use, by path: a part found at open and not used since (the index
+        // built from the log instead of merged from the parts loads none of them) would answer
+        // that read "No such file" once its file is gone. So a body is loaded before its file
+        // goes; one that cannot be loaded now keeps its file, which the next open removes.
+        let unneeded = match &**part.index.load() {
+            SegmentIndex::Sealed(file) => file.verified().is_ok(),
+            SegmentIndex::Tail(_) => true,
+        };
+        if unneeded {
+            let _ = std::fs::remove_file(part_path(log_path, part.base));
+        }
     }
     Ok(())
 }
