@@ -16,6 +16,45 @@ fn event(i: u64, data_len: usize) -> Event {
     Event::new(format!("Type{}", i % 5), [format!("entity:{i}"), "hot".to_string()], vec![(i % 251) as u8; data_len])
 }
 
+/// The parts of a segment are merged like the digits of a counter: only when the newest four
+/// share a tier. A part that is already of a higher tier when it is written (one group larger
+/// than four times `part_bytes`, a bulk load's big batch) stops the smaller parts before it
+/// from ever merging: with a big group after every three ordinary parts, no four newest parts
+/// ever share a tier, and the part files grow with the segment (an open reads a header each,
+/// every walk and condition visits an entry each), not with the log of it.
+#[test]
+fn part_files_stay_few_when_big_groups_follow_small_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let part_bytes = 4096;
+    let options = Options { durability: Durability::Buffered, segment_size: 8 << 20, part_bytes, ..Options::default() };
+    let store = Store::open(dir.path(), options).unwrap();
+    let mut i = 0u64;
+    for _round in 0..40 {
+        // Three parts of one ordinary group each (each group takes its part past part_bytes)...
+        for _ in 0..3 {
+            store.append(vec![event(i, part_bytes as usize + 100)], None).unwrap();
+            i += 1;
+        }
+        // ...then one part made by one big group, of the next tier at once.
+        store.append(vec![event(i, 5 * part_bytes as usize)], None).unwrap();
+        i += 1;
+    }
+    store.wait_for_sealing();
+    assert_eq!(files_with(dir.path(), "log").len(), 1, "one segment: no roll-over merged the parts");
+    let parts = files_with(dir.path(), "part").len();
+    // 160 parts of 4 to 20 KiB (about 1.1 MiB of log): the tiers of 4 KiB parts up to 1 MiB
+    // are 0 to 4, at most 3 files each.
+    assert!(parts <= 16, "{parts} part files for 160 parts of one segment");
+    let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(all.len() as u64, i);
+    store.close().unwrap();
+    let store = Store::open(dir.path(), Options { part_bytes, ..Options::default() }).unwrap();
+    assert_eq!(store.recovery().scanned_log_bytes, 0, "{:?}", store.recovery());
+    let hot = store.read(&Query::for_tags(["hot"]), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(hot.len() as u64, i);
+    store.close().unwrap();
+}
+
 /// When a segment's index cannot be merged from its parts (a part whose file could not be
 /// written is still answered from memory), the sealer builds it from the log and removes every
 /// part file. A read that began before (its snapshot holds the parts' entries) and had not yet

@@ -189,25 +189,41 @@ fn index_files(indexes: &[Arc<SegmentIndex>]) -> Option<Vec<&IndexFile>> {
         .collect()
 }
 
-/// Merges the newest `PART_FAN` parts into one part file if they all have their index files and
-/// share a tier (see [`PART_FAN`]); returns whether it did. The merged file takes the first
-/// one's name, which it replaces (their bodies are verified, so loaded, before it is written);
-/// it is published in their place and the others' files are removed.
+/// Merges the newest parts into one part file, if they all have their index files, and returns
+/// whether it did: the newest `PART_FAN` parts when they share a tier (see [`PART_FAN`]), or,
+/// when the newest part is of a higher tier than the parts just before it, those parts and the
+/// newest. A part can be of a higher tier from the start (one group of more than `PART_FAN`
+/// times `part_bytes`, a bulk load's big batch); without the second rule the smaller parts
+/// before it never merged again, and a big group after every few parts left the segment a part
+/// file per part (third review). With it, tiers never grow towards the newest part, so there are
+/// at most `PART_FAN - 1` part files per tier. The merged file takes the first one's name, which
+/// it replaces (their bodies are verified, so loaded, before it is written); it is published in
+/// their place and the others' files are removed.
 fn merge_newest_tier(parts: &mut Vec<Arc<SegmentEntry>>, published: &Published, mode: u32, part_bytes: u64) -> Result<bool> {
-    let Some(from) = parts.len().checked_sub(PART_FAN) else { return Ok(false) };
-    let indexes: Vec<Arc<SegmentIndex>> = parts[from..].iter().map(|p| p.index.load_full()).collect();
-    let files = index_files(&indexes);
-    let Some(files) = files else { return Ok(false) };
-    let tier = |file: &IndexFile| part_tier(file.log_end - file.log_start() as u64, part_bytes);
-    if files.iter().any(|file| tier(file) != tier(files[0])) {
-        return Ok(false);
+    let tier_of = |part: &Arc<SegmentEntry>| match &**part.index.load() {
+        SegmentIndex::Sealed(file) => Some(part_tier(file.log_end - file.log_start() as u64, part_bytes)),
+        SegmentIndex::Tail(_) => None,
+    };
+    let Some(newest) = parts.last().and_then(tier_of) else { return Ok(false) };
+    let mut from = parts.len() - 1;
+    while from > 0 && tier_of(&parts[from - 1]).is_some_and(|tier| tier < newest) {
+        from -= 1;
     }
+    if from == parts.len() - 1 {
+        let Some(counter) = parts.len().checked_sub(PART_FAN) else { return Ok(false) };
+        if !parts[counter..].iter().all(|part| tier_of(part) == Some(newest)) {
+            return Ok(false);
+        }
+        from = counter;
+    }
+    let indexes: Vec<Arc<SegmentIndex>> = parts[from..].iter().map(|p| p.index.load_full()).collect();
+    let Some(files) = index_files(&indexes) else { return Ok(false) };
     let merged = &parts[from..];
     let first = &merged[0];
     let log_path = first.log.path();
     let verified: Vec<&file::VerifiedIndex> = files.iter().map(|f| f.verified()).collect::<Result<_>>()?;
     let path = part_path(log_path, first.base);
-    let log_end = files.last().expect("PART_FAN parts").log_end;
+    let log_end = files.last().expect("two parts or more").log_end;
     file::merge_parts(&verified, first.base, log_end, &path, mode)?;
     let index = IndexFile::open_part(&path, first.base, log_path, files[0].log_start())?;
     index.verified()?; // its tag filter on first need, as for a part
