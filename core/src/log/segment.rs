@@ -208,13 +208,19 @@ pub fn grow_empty_segment(file: &File, path: &Path, size: u64) -> Result<()> {
         .map_err(|e| Error::io(format_args!("cannot grow segment {}", path.display()), &e))
 }
 
-/// Drops the page cache's copy of a file, so that what is read next comes from the disk. After a
-/// failed fsync the kernel may keep pages that never reached the disk, marked clean; a recovery
-/// that read them would serve (and chain new batches after) bytes the disk does not have. Dirty
-/// pages are not dropped (they are still to be written); only a hint, so failure is ignored.
-pub fn drop_cached_pages(file: &File, from: u64) {
+/// Drops the page cache's copy of bytes `from..from + len` of a file (`len` 0: to its end),
+/// whole pages from the one holding `from` (the kernel keeps a range's partial first page), so
+/// that what is read next comes from the disk. After a failed fsync the kernel may keep pages
+/// that never reached the disk, marked clean; a recovery that read them would serve (and chain
+/// new batches after) bytes the disk does not have. Dirty pages are not dropped (they are still
+/// to be written), nor pages mapped by a process (drop the mapping first); only a hint, so
+/// failure is ignored.
+pub fn drop_cached_pages(file: &File, from: u64, len: u64) {
+    const PAGE: u64 = 4096;
+    let start = from / PAGE * PAGE;
+    let len = if len == 0 { 0 } else { len + (from - start) };
     // SAFETY: plain syscall on a descriptor we own for the duration of the call.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), from as libc::off_t, 0, libc::POSIX_FADV_DONTNEED) };
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), start as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED) };
 }
 
 /// Checks a segment's header against the base its file name promises.
