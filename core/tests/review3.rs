@@ -195,3 +195,39 @@ fn reopening_reads_no_log_it_does_not_scan_and_keeps_the_cached_parts() {
     store.close().unwrap();
     assert!(after as f64 > 0.9 * before as f64, "{after} bytes of the log cached after a reopen, {before} before");
 }
+
+/// The writer waits for the sealer when more than 4 of its jobs are pending, inside the commit
+/// of the group that started a part: after it has answered that group's blocking waiters, but
+/// before it hands the group's callbacks and wakers to the completion thread. An append
+/// answered through `on_complete` (every async face's) stayed unanswered, committed, for as
+/// long as the sealer took (a segment's merge: seconds), and a subscription waiting without a
+/// thread was not woken for it either.
+#[test]
+fn an_append_committed_while_the_writer_waits_for_the_sealer_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { durability: Durability::Buffered, segment_size: 1 << 20, part_bytes: 1, ..Options::default() };
+    let store = Store::open(dir.path(), options).unwrap();
+    // The sealer's first job stalls: opening a FIFO for writing waits for a reader.
+    let stall = segment_path(dir.path(), 1).with_extension(format!("{:020}.idx.tmp", 1));
+    let fifo = std::ffi::CString::new(stall.to_str().unwrap()).unwrap();
+    // SAFETY: plain syscall with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    for i in 0..4 {
+        store.append(vec![event(i, 10)], None).unwrap();
+    }
+    // The fifth part takes the sealer's backlog past 4: the writer waits for it.
+    let subscription = store.subscribe(&Query::for_tags(["entity:4"]), lapilli_core::Position::ZERO).unwrap();
+    let (woken, wake) = channel();
+    subscription.on_ready(move || woken.send(()).unwrap());
+    let (answered, answer) = channel();
+    store.submit(vec![event(4, 10)], None).on_complete(move |result| answered.send(result).unwrap());
+    let got_answer = answer.recv_timeout(Duration::from_secs(10));
+    let got_wake = wake.recv_timeout(Duration::from_secs(10));
+    // Let the sealer go on (it fails on the FIFO, and answers that part from memory).
+    let reader = std::thread::spawn(move || std::fs::read(&stall));
+    let _ = reader.join();
+    assert_eq!(got_answer.expect("the append's callback never ran").unwrap().first.get(), 5);
+    got_wake.expect("the subscription was not woken");
+    assert_eq!(subscription.try_next_batch(10).unwrap().unwrap().len(), 1);
+    store.close().unwrap();
+}

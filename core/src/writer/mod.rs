@@ -364,6 +364,12 @@ impl Writer {
         // written yet is still indexed in memory (measured: appending 3M small events as fast as
         // one caller could, 71 parts piled up and the process held 236 MiB). Past a few, the
         // writer waits for it, so appends go at the speed the indexes are written.
+        if self.published.sealing.load(std::sync::atomic::Ordering::Acquire) > MAX_SEALING_BACKLOG {
+            // What this group answered and published is not held back for the wait (a merge
+            // can take seconds): its callbacks and wakers go to the completion thread now, not
+            // at the end of the group (third review).
+            crate::completion::flush_deferred();
+        }
         while self.published.sealing.load(std::sync::atomic::Ordering::Acquire) > MAX_SEALING_BACKLOG {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
