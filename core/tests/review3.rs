@@ -231,3 +231,56 @@ fn an_append_committed_while_the_writer_waits_for_the_sealer_is_answered() {
     assert_eq!(subscription.try_next_batch(10).unwrap().unwrap().len(), 1);
     store.close().unwrap();
 }
+
+/// Parts of uneven sizes (groups from one small event to many times `part_bytes`), so that
+/// parts are merged by both rules, at every tier: the segment index merged from them is byte
+/// for byte the one built from the log, and reads answer the same from either.
+#[test]
+fn a_segment_merged_from_uneven_parts_equals_the_one_built_from_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { durability: Durability::Buffered, segment_size: 1 << 20, part_bytes: 4096, ..Options::default() };
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    let mut rng = common::Rng::new(3);
+    let mut i = 0u64;
+    while files_with(dir.path(), "log").len() < 4 {
+        let (count, size) = match rng.below(10) {
+            0 => (rng.range(20, 80), rng.range(200, 600) as usize),
+            1..=3 => (rng.range(5, 20), rng.range(100, 300) as usize),
+            _ => (1, rng.range(10, 200) as usize),
+        };
+        store.append((i..i + count).map(|j| event(j % 3000, size)).collect(), None).unwrap();
+        i += count;
+    }
+    store.wait_for_sealing();
+    let expected: Vec<u64> = store
+        .read(&Query::for_tags(["entity:7"]), ReadOptions::default())
+        .unwrap()
+        .collect_all()
+        .unwrap()
+        .iter()
+        .map(|e| e.position.get())
+        .collect();
+    store.close().unwrap();
+    drop(store);
+    let indexes = files_with(dir.path(), "idx");
+    assert_eq!(indexes.len(), 3);
+    let merged: Vec<Vec<u8>> = indexes.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    for index in &indexes {
+        std::fs::remove_file(index).unwrap();
+    }
+    let store = Store::open(dir.path(), options).unwrap();
+    assert_eq!(store.recovery().rebuilt_indexes.len(), 3);
+    let read: Vec<u64> = store
+        .read(&Query::for_tags(["entity:7"]), ReadOptions::default())
+        .unwrap()
+        .collect_all()
+        .unwrap()
+        .iter()
+        .map(|e| e.position.get())
+        .collect();
+    assert_eq!(read, expected);
+    store.close().unwrap();
+    for (index, merged) in indexes.iter().zip(&merged) {
+        assert!(std::fs::read(index).unwrap() == *merged, "{} differs from the merged file", index.display());
+    }
+}
