@@ -118,3 +118,12 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Tells the user on stderr about something the store carries on without (an index it could not
+/// write, a damaged index answered from its log). Never panics, unlike `eprintln!`: a stderr
+/// that cannot be written (a closed pipe: EPIPE) must cost the message, not the thread that
+/// reports (the sealer, whose death left the writer waiting for it forever; third review).
+pub(crate) fn report(message: fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(io::stderr(), "{message}");
+}

@@ -212,7 +212,7 @@ impl Follower {
                 Ok(())
             });
             if let Err(e) = adopted {
-                eprintln!("lapilli: follower keeps the in-memory index of {}: {e}", path.display());
+                crate::error::report(format_args!("lapilli: follower keeps the in-memory index of {}: {e}", path.display()));
             }
             false
         });
@@ -290,7 +290,7 @@ impl Follower {
                 }
                 Err(e) => {
                     if failing_since.is_none() {
-                        eprintln!("lapilli: follower of {} cannot advance (retrying): {e}", self.dir.display());
+                        crate::error::report(format_args!("lapilli: follower of {} cannot advance (retrying): {e}", self.dir.display()));
                         failing_since = Some(std::time::Instant::now());
                     }
                 }

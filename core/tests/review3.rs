@@ -284,3 +284,55 @@ fn a_segment_merged_from_uneven_parts_equals_the_one_built_from_its_log() {
         assert!(std::fs::read(index).unwrap() == *merged, "{} differs from the merged file", index.display());
     }
 }
+
+const BROKEN_STDERR_CHILD: &str = "LAPILLI_REVIEW3_BROKEN_STDERR";
+
+/// The child's side of the next test (a no-op when run as an ordinary test): a store whose
+/// first part's index file cannot be written, appended to and closed.
+#[test]
+fn broken_stderr_child() {
+    let Some(dir) = std::env::var_os(BROKEN_STDERR_CHILD) else { return };
+    let dir = Path::new(&dir);
+    let options = Options { durability: Durability::Buffered, segment_size: 1 << 20, part_bytes: 1, ..Options::default() };
+    let store = Store::open(dir, options).unwrap();
+    std::fs::create_dir(segment_path(dir, 1).with_extension(format!("{:020}.idx.tmp", 1))).unwrap();
+    for i in 0..20 {
+        store.append(vec![event(i, 10)], None).unwrap();
+    }
+    store.close().unwrap();
+    println!("closed");
+}
+
+/// The sealer reports an index file it cannot write on stderr, with `eprintln!`, which panics
+/// when stderr cannot be written (a daemon whose log pipe's reader is gone: EPIPE). That panic
+/// was outside the sealer's guard: the thread died with its job still counted as pending, the
+/// writer then waited for it forever at the next part (the backlog bound), and every append and
+/// `close` with it. A message that cannot be printed must cost the message only.
+#[test]
+fn a_sealer_failure_with_stderr_gone_does_not_stop_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = common::child_test("broken_stderr_child")
+        .env(BROKEN_STDERR_CHILD, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Nobody reads the child's stderr: its writes fail with EPIPE.
+    drop(child.stderr.take());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    let status = status.expect("the child's appends or close hung");
+    assert!(status.success() && stdout.contains("closed"), "{status}: {stdout}");
+}

@@ -618,11 +618,11 @@ impl IndexFile {
                     )),
                     _ => e,
                 })?;
-                eprintln!(
+                crate::error::report(format_args!(
                     "lapilli: index {}: {}; answering from an index rebuilt from its segment (remove the file to have the next open write it again)",
                     self.path.display(),
                     damage.message()
-                );
+                ));
                 rebuilt
             }
         };

@@ -171,8 +171,8 @@ pub(crate) fn run(
         }));
         match sealed {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("lapilli: cannot build the index {}: {e}", what.display()),
-            Err(_) => eprintln!("lapilli: building the index {} panicked; the next open rebuilds it", what.display()),
+            Ok(Err(e)) => crate::error::report(format_args!("lapilli: cannot build the index {}: {e}", what.display())),
+            Err(_) => crate::error::report(format_args!("lapilli: building the index {} panicked; the next open rebuilds it", what.display())),
         }
         published.sealing.fetch_sub(1, Ordering::AcqRel);
     }

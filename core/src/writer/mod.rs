@@ -338,10 +338,14 @@ impl Writer {
         self.start_part();
     }
 
-    /// Queues `job` for the sealer, counted as pending until the sealer has done it.
+    /// Queues `job` for the sealer, counted as pending until the sealer has done it. A sealer
+    /// that is gone does nothing more: its job is not counted, so the writer never waits for
+    /// it (the part stays answered from memory; the next open writes what is missing).
     fn hand_to_sealer(&self, job: SealJob) {
         self.published.sealing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.sealer.send(job);
+        if self.sealer.send(job).is_err() {
+            self.published.sealing.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
     }
 
     /// Starts a new part at the head, handing the current one (if it holds any event) to the
