@@ -336,3 +336,57 @@ fn a_sealer_failure_with_stderr_gone_does_not_stop_the_writer() {
     let status = status.expect("the child's appends or close hung");
     assert!(status.success() && stdout.contains("closed"), "{status}: {stdout}");
 }
+
+/// Lost wake-ups: consumers that wait without a thread (take what is there, else register
+/// `on_ready` and sleep until it fires, as the Node and asyncio faces do) race commits from two
+/// appending threads; every consumer must see every event, and none may be left waiting.
+#[test]
+fn consumers_waiting_through_on_ready_miss_no_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { durability: Durability::Buffered, segment_size: 256 << 10, part_bytes: 8192, ..Options::default() };
+    let store = Arc::new(Store::open(dir.path(), options).unwrap());
+    let per_writer = 3000u64;
+    let consumers: Vec<_> = (0..6)
+        .map(|k| {
+            let subscription = store.subscribe(&Query::for_tags(["hot"]), lapilli_core::Position::ZERO).unwrap();
+            std::thread::spawn(move || {
+                let mut seen = 0u64;
+                let mut last = 0u64;
+                while seen < 2 * per_writer {
+                    let batch = subscription.try_next_batch(1 + k * 50).unwrap().expect("not closed");
+                    if batch.is_empty() {
+                        let (ready, wait) = channel();
+                        subscription.on_ready(move || {
+                            let _ = ready.send(());
+                        });
+                        wait.recv_timeout(Duration::from_secs(60)).expect("a consumer was never woken");
+                        continue;
+                    }
+                    for event in batch {
+                        assert!(event.position.get() > last);
+                        last = event.position.get();
+                        seen += 1;
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..per_writer {
+                    store.submit(vec![event(w * per_writer + i, 20)], None).wait().unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    for consumer in consumers {
+        assert_eq!(consumer.join().unwrap(), 2 * per_writer);
+    }
+    store.close().unwrap();
+}
