@@ -402,11 +402,12 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     };
     let mut file = open(&path)?;
     // Pages cached from before a failed fsync may not be on disk, so what open reads of the
-    // active segment is dropped from the page cache before it is read: the header's page now,
-    // and what open scans once the part files have said where that starts. Not the parts' bytes
-    // before it: each part's bytes were durable before its file was written, and dropping them
-    // (from byte 0, as open did) threw away what the page cache held of the whole active
-    // segment at every open, for reads to fetch from the disk again (third review).
+    // active segment is dropped from the page cache before it is read (in whole folios of up to
+    // 2 MiB: see `drop_cached_pages`): the header's now, and what open scans once the part
+    // files have said where that starts. Not the parts' bytes between: each part's bytes were
+    // durable before its file was written, and dropping them (from byte 0, as open did) threw
+    // away what the page cache held of the whole active segment at every open, for reads to
+    // fetch from the disk again (third review).
     drop_cached_pages(&file, 0, HEADER_LEN as u64);
     // Advised for point reads before anything touches it: a fault would otherwise read around
     // itself as much as the device reads ahead (8 MiB on the review's machine), and the header's

@@ -157,8 +157,8 @@ fn evict(path: &Path) {
 /// as the device's read-ahead (8 MiB on this machine). So after a clean close, with
 /// `scanned_log_bytes` 0, an open read megabytes of log from the disk, and an open of a store
 /// whose active segment was cached threw that cache away (up to `segment_size`, 256 MiB by
-/// default) for reads to fetch again. What needs dropping is only what open scans: from the
-/// page the last part ends in.
+/// default) for reads to fetch again. What needs dropping is only what open reads: the header,
+/// and from the folio the last part ends in.
 #[test]
 fn reopening_reads_no_log_it_does_not_scan_and_keeps_the_cached_parts() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,7 +193,10 @@ fn reopening_reads_no_log_it_does_not_scan_and_keeps_the_cached_parts() {
     let store = Store::open(dir.path(), options).unwrap();
     let after = resident_bytes(&log, measured);
     store.close().unwrap();
-    assert!(after as f64 > 0.9 * before as f64, "{after} bytes of the log cached after a reopen, {before} before");
+    // Open drops the header's 2 MiB (the largest folio: the kernel drops whole folios only)
+    // and what it scans; the other parts' pages stay.
+    let kept = before - (2 << 20);
+    assert!(after as f64 > 0.9 * kept as f64, "{after} bytes of the log cached after a reopen, {before} before");
 }
 
 /// The writer waits for the sealer when more than 4 of its jobs are pending, inside the commit

@@ -40,11 +40,8 @@ fn part_files_stay_bounded_by_part_bytes_across_short_sessions() {
     assert!(parts.len() <= 2, "{} part files for 200 events (~30 KiB of log)", parts.len());
 }
 
-/// What open does to drop pages cached from before a failed fsync, now from the end of the last
-/// accepted part: `posix_fadvise(fd, from, 0, DONTNEED)`. The kernel keeps a partial first page
-/// (mm/fadvise.c: "First and last FULL page! Partial pages are deliberately preserved"), so
-/// the page holding the part's end, and whatever un-durable bytes follow it in that page, stay
-/// cached and are scanned as if they were on disk.
+/// Readers of both handles (and a follower) and conditions answer exactly while parts are
+/// sealed, merged and replaced by their segment's index, parts of every tier included.
 #[test]
 fn readers_and_conditions_stay_exact_while_parts_are_sealed_and_merged() {
     let dir = tempfile::tempdir().unwrap();

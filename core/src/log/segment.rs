@@ -208,20 +208,29 @@ pub fn grow_empty_segment(file: &File, path: &Path, size: u64) -> Result<()> {
         .map_err(|e| Error::io(format_args!("cannot grow segment {}", path.display()), &e))
 }
 
-/// Drops the page cache's copy of bytes `from..from + len` of a file (`len` 0: to its end),
-/// whole pages from the one holding `from` (the kernel keeps a range's partial first page), so
+/// Drops the page cache's copy of bytes `from..from + len` of a file (`len` 0: to its end), so
 /// that what is read next comes from the disk. After a failed fsync the kernel may keep pages
 /// that never reached the disk, marked clean; a recovery that read them would serve (and chain
 /// new batches after) bytes the disk does not have. Dirty pages are not dropped (they are still
 /// to be written), nor pages mapped by a process (drop the mapping first); only a hint, so
 /// failure is ignored.
+///
+/// The kernel drops only the folios wholly inside the range (a partial first page is kept, and
+/// a file's page cache is made of folios of up to `LARGEST_FOLIO`, naturally aligned), so the
+/// range is widened to `LARGEST_FOLIO` boundaries: at most 2 MiB more either side.
 pub fn drop_cached_pages(file: &File, from: u64, len: u64) {
-    const PAGE: u64 = 4096;
-    let start = from / PAGE * PAGE;
-    let len = if len == 0 { 0 } else { len + (from - start) };
+    let start = from / LARGEST_FOLIO * LARGEST_FOLIO;
+    let len = match len {
+        0 => 0,
+        len => (from + len).div_ceil(LARGEST_FOLIO) * LARGEST_FOLIO - start,
+    };
     // SAFETY: plain syscall on a descriptor we own for the duration of the call.
     unsafe { libc::posix_fadvise(file.as_raw_fd(), start as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED) };
 }
+
+/// The largest folio of a file's page cache: the PMD size with 4 KiB pages (`MAX_PAGECACHE_ORDER`
+/// on x86-64 and arm64 with 4 KiB pages). ext4 and xfs cache regular files in large folios.
+const LARGEST_FOLIO: u64 = 2 << 20;
 
 /// Checks a segment's header against the base its file name promises.
 pub fn check_header(bytes: &[u8], base: u64, path: &Path) -> Result<u32> {
@@ -272,3 +281,42 @@ impl ActiveSegment {
 }
 
 pub const FIRST_RECORD_OFFSET: u64 = HEADER_LEN as u64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resident_pages(file: &File, pages: usize) -> Vec<bool> {
+        // SAFETY: a read-only view of a file nobody writes meanwhile; only its residency is read.
+        let map = unsafe { Mmap::map(file) }.unwrap();
+        let mut resident = vec![0u8; pages];
+        // SAFETY: the mapping covers `pages` pages and `resident` has a byte for each.
+        let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, pages * 4096, resident.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        resident.iter().map(|r| r & 1 == 1).collect()
+    }
+
+    /// Open drops cached pages from the folio its scan starts in, not from that byte: the kernel
+    /// drops only folios wholly inside the range (mm/fadvise.c: "First and last FULL page!
+    /// Partial pages are deliberately preserved"; with large folios, a whole folio that starts
+    /// before the range is kept), and the folio holding a part's end also holds whatever
+    /// un-durable bytes followed it.
+    #[test]
+    fn dropping_cached_pages_from_a_byte_drops_the_folio_it_is_in() {
+        let path = std::env::temp_dir().join(format!("lapilli-drop-pages-{}", std::process::id()));
+        let pages = (3 * LARGEST_FOLIO / 4096) as usize;
+        fs::write(&path, vec![7u8; pages * 4096]).unwrap();
+        let file = File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        let _ = fs::read(&path).unwrap();
+        let before = resident_pages(&file, pages);
+        // A byte in the middle of the second folio-sized block.
+        drop_cached_pages(&file, LARGEST_FOLIO + LARGEST_FOLIO / 2 + 100, 0);
+        let after = resident_pages(&file, pages);
+        let _ = fs::remove_file(&path);
+        assert!(before.iter().all(|&r| r));
+        let first_block = (LARGEST_FOLIO / 4096) as usize;
+        assert!(after[first_block..].iter().all(|&r| !r), "pages from the block holding the byte stay cached");
+        assert!(after[..first_block].iter().all(|&r| r), "pages before the block holding the byte were dropped");
+    }
+}
