@@ -393,3 +393,39 @@ fn consumers_waiting_through_on_ready_miss_no_commit() {
     }
     store.close().unwrap();
 }
+
+/// `part_bytes` and durability changed between sessions (parts from one session get other
+/// tiers under the next one's `part_bytes`, a last part short under one is not under the next):
+/// every open reads no log after a clean close, the part files stay few, and reads by index
+/// answer what a scan does.
+#[test]
+fn parts_stay_exact_and_few_when_part_bytes_change_between_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = common::Rng::new(14);
+    let mut i = 0u64;
+    for session in 0..12 {
+        let part_bytes = [1, 4096, 1 << 20, 700, 64 << 10][session % 5];
+        let durability = if session % 3 == 0 { Durability::Fsync } else { Durability::Buffered };
+        let options = Options { durability, segment_size: 4 << 20, part_bytes, ..Options::default() };
+        let store = Store::open(dir.path(), options).unwrap();
+        assert_eq!(store.recovery().scanned_log_bytes, 0, "session {session}: {:?}", store.recovery());
+        assert_eq!(store.head().unwrap().get(), i);
+        for _ in 0..60 {
+            let count = if rng.chance(10) { rng.range(30, 120) } else { rng.range(1, 6) };
+            store.append((i..i + count).map(|j| event(j % 500, 120)).collect(), None).unwrap();
+            i += count;
+        }
+        store.wait_for_sealing();
+        for query in [Query::all(), Query::for_tags(["entity:7"]), Query::for_tags(["hot"])] {
+            store.set_planner(lapilli_core::Planner::ForceScan);
+            let scanned = store.read(&query, ReadOptions::default()).unwrap().collect_all().unwrap();
+            store.set_planner(lapilli_core::Planner::ForceIndex);
+            let indexed = store.read(&query, ReadOptions::default()).unwrap().collect_all().unwrap();
+            assert_eq!(indexed, scanned, "session {session}");
+        }
+        store.close().unwrap();
+        let parts = files_with(dir.path(), "part").len();
+        assert!(parts <= 24, "session {session}: {parts} part files");
+    }
+    assert_eq!(files_with(dir.path(), "log").len(), 1, "one segment: its parts were never merged away by a roll-over");
+}
