@@ -452,11 +452,14 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     drop_cached_pages(&file, start.offset as u64, 0);
     let log = map(&file)?;
     if log.get(start.offset..start.offset + 4).is_some_and(|length| length != [0; 4]) {
-        // Something follows the last part (a crash kept it from being written): read it ahead
-        // rather than a fault per page (at most a part and the group that crossed its end).
-        log.prefetch(start.offset, options.part_bytes.saturating_mul(2).max(8 << 20) as usize);
+        // Something follows the last part (a crash kept its file, or the files of the parts the
+        // sealer had not written yet, from being written): read it ahead of the scan rather
+        // than a fault per page. Not when nothing follows: reading ahead from there would read
+        // megabytes of zeros at every open.
+        log.advise_scan_from(start.offset);
     }
     let scan = scan_records(&log, start);
+    log.advise_point_reads();
     report.scanned_log_bytes += (scan.end.offset - start.offset) as u64
         + match &scan.tail {
             Tail::Torn(torn) => torn.bytes as u64,

@@ -77,6 +77,17 @@ impl FileBytes {
         }
     }
 
+    /// A scan is about to read from `offset` on, how far it cannot say (open's scan of what
+    /// follows the last part): read ahead of each fault from there, rather than a fault per page
+    /// (`advise_point_reads` undoes it). Only a hint; failure changes nothing but speed.
+    pub fn advise_scan_from(&self, offset: usize) {
+        if let FileBytes::Mapped(map) = self {
+            if offset < map.len() {
+                let _ = map.advise_range(memmap2::Advice::Sequential, offset, map.len() - offset);
+            }
+        }
+    }
+
     /// A scan is about to read `offset..offset + len`: start reading it in now, unless its
     /// first and last pages are already in the page cache (a warm scan: asking the kernel to
     /// read ahead would only walk pages it already has). A copy is in memory already.
