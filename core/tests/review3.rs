@@ -429,3 +429,31 @@ fn parts_stay_exact_and_few_when_part_bytes_change_between_opens() {
     }
     assert_eq!(files_with(dir.path(), "log").len(), 1, "one segment: its parts were never merged away by a roll-over");
 }
+
+/// `next_batch` held the subscription's consumer lock while it waited for a matching event. A
+/// callback on the completion thread taking what is new on the same subscription
+/// (`try_next_batch`, as a face waiting through `on_ready` does) then waited for that event too,
+/// and every callback and waker of the store queued behind it: an append's `on_complete` was not
+/// called although the append was committed.
+#[test]
+fn a_blocked_consumer_does_not_stall_the_completion_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), Options::default()).unwrap());
+    let subscription = Arc::new(store.subscribe(&Query::for_tags(["rare"]), lapilli_core::Position::ZERO).unwrap());
+    let blocked = subscription.clone();
+    let consumer = std::thread::spawn(move || blocked.next_batch(10, Some(Duration::from_secs(120))));
+    // Let the consumer reach its wait.
+    std::thread::sleep(Duration::from_millis(200));
+    let in_callback = subscription.clone();
+    let (took, taken) = channel();
+    subscription.on_ready(move || took.send(in_callback.try_next_batch(10).map(|b| b.map(|b| b.len()))).unwrap());
+    let (answered, answer) = channel();
+    store.append(vec![event(1, 10)], None).unwrap();
+    store.submit(vec![event(2, 10)], None).on_complete(move |result| answered.send(result).unwrap());
+    let got_answer = answer.recv_timeout(Duration::from_secs(10));
+    subscription.close();
+    let _ = consumer.join().unwrap();
+    assert_eq!(got_answer.expect("an append's callback waited for a blocked consumer of a subscription").unwrap().first.get(), 2);
+    assert_eq!(taken.recv_timeout(Duration::from_secs(10)).unwrap().unwrap(), Some(0));
+    store.close().unwrap();
+}

@@ -244,15 +244,19 @@ impl Subscription {
         check_max(max)?;
         // A timeout too long to represent is no timeout.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let _consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
         let mut batch = Vec::with_capacity(max.min(1024));
         loop {
+            let consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
             let Some(scanned) = self.scan(max, &mut |view| batch.push(view.to_owned_event()))? else {
                 return Ok(None);
             };
             if !batch.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(Some(batch));
             }
+            // Not held while waiting: another consumer of this subscription (a callback on the
+            // completion thread taking what is new, say) would wait for this one's next match,
+            // and every completion of the store behind it (third review).
+            drop(consumer);
             self.published.notifier.wait(|| self.ready_after(scanned), deadline);
         }
     }
