@@ -1,0 +1,356 @@
+//! The writer of a Postgres handle: group commit under the context's row lock.
+//!
+//! A group is everything queued when the writer gets to it. In one transaction it locks the
+//! context's row (`SELECT ... FOR UPDATE`: writers of every process queue here), decides each
+//! append in order (its condition against the table, which holds every commit before the lock
+//! was granted, and against the appends accepted earlier in the group), copies the accepted
+//! events in at head + 1..., moves the head, notifies the context's channel and commits. A
+//! verdict is answered only once the commit's outcome is known.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::types::Type;
+use postgres::{Client, Statement, Transaction};
+
+use super::sql::{Condition, params};
+use super::{PgShared, pg_error};
+use crate::append::{AppendCondition, AppendResult};
+use crate::error::{Error, Result};
+use crate::event::EventView;
+use crate::log::format::FRAME_LEN;
+use crate::options::Durability;
+use crate::position::Position;
+use crate::writer::condition::{already_exists, conflict};
+use crate::writer::reply::Reply;
+
+/// Appends decided in one transaction at most: bounds the time the row lock is held.
+const MAX_GROUP: usize = 1024;
+/// Prepared statements kept per connection (conditions' shapes vary with their queries).
+const MAX_STATEMENTS: usize = 256;
+
+/// A validated append, its events encoded as on the embedded log (frames of canonical
+/// payloads), so that one validation and one encoding serve both backends.
+pub(crate) struct PgAppend {
+    pub encoded: Vec<u8>,
+    pub frame_starts: Vec<usize>,
+    pub condition: Option<AppendCondition>,
+    pub reply: Reply,
+}
+
+impl PgAppend {
+    fn events(&self) -> Result<Vec<EventView<'_>>> {
+        (0..self.frame_starts.len())
+            .map(|i| {
+                let start = self.frame_starts[i] + FRAME_LEN;
+                let end = self.frame_starts.get(i + 1).copied().unwrap_or(self.encoded.len());
+                EventView::decode(Position(0), &self.encoded[start..end])
+            })
+            .collect()
+    }
+}
+
+pub(crate) enum Command {
+    Append(PgAppend),
+    Shutdown,
+}
+
+enum Verdict {
+    Accepted(AppendResult),
+    /// Refused for an event committed before the group: final whatever the commit does.
+    Refused(Error),
+    /// Refused for an event accepted earlier in the group: true only if the group commits.
+    RefusedInGroup(Error),
+}
+
+pub(crate) struct PgWriter {
+    shared: Arc<PgShared>,
+    durability: Durability,
+    client: Option<Client>,
+    statements: HashMap<String, Statement>,
+}
+
+impl PgWriter {
+    pub fn new(shared: Arc<PgShared>, durability: Durability) -> PgWriter {
+        PgWriter { shared, durability, client: None, statements: HashMap::new() }
+    }
+
+    pub fn run(mut self, incoming: Receiver<Command>) {
+        let mut group = Vec::new();
+        let mut shutdown = false;
+        while !shutdown {
+            match incoming.recv() {
+                Ok(Command::Append(append)) => group.push(append),
+                Ok(Command::Shutdown) | Err(_) => break,
+            }
+            while group.len() < MAX_GROUP {
+                match incoming.try_recv() {
+                    Ok(Command::Append(append)) => group.push(append),
+                    Ok(Command::Shutdown) => {
+                        shutdown = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.commit(std::mem::take(&mut group));
+        }
+        // Appends still queued behind the shutdown are answered `Closed` as their replies drop.
+    }
+
+    fn commit(&mut self, group: Vec<PgAppend>) {
+        let answers = match self.decide_and_commit(&group) {
+            Ok(verdicts) => verdicts
+                .into_iter()
+                .map(|verdict| match verdict {
+                    Verdict::Accepted(result) => Ok(result),
+                    Verdict::Refused(error) | Verdict::RefusedInGroup(error) => Err(error),
+                })
+                .collect::<Vec<_>>(),
+            Err(Failed { error, verdicts }) => {
+                // Refusals for events committed before the group stand; everything else shares
+                // the group's fate, which `error` describes.
+                self.client = None;
+                self.statements.clear();
+                (0..group.len())
+                    .map(|i| match verdicts.get(i) {
+                        Some(Verdict::Refused(refusal)) => Err(refusal.clone()),
+                        _ => Err(error.clone()),
+                    })
+                    .collect()
+            }
+        };
+        for (append, answer) in group.into_iter().zip(answers) {
+            append.reply.send(answer);
+        }
+        crate::completion::flush_deferred();
+    }
+
+    fn decide_and_commit(&mut self, group: &[PgAppend]) -> std::result::Result<Vec<Verdict>, Failed> {
+        let shared = self.shared.clone();
+        let url = &shared.redacted;
+        let not_committed = |what: &str, e: &postgres::Error| Failed {
+            error: with_outcome(pg_error(&format!("{what} in {url}"), e), "it was not committed; it is safe to retry"),
+            verdicts: Vec::new(),
+        };
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            self.statements.clear();
+            self.client = Some(shared.connector.connect(url).map_err(|error| Failed {
+                error: with_outcome(error, "it was not committed; it is safe to retry"),
+                verdicts: Vec::new(),
+            })?);
+        }
+        let client = self.client.as_mut().expect("connected above");
+        let statements = &mut self.statements;
+        let mut tx = client.transaction().map_err(|e| not_committed("cannot begin", &e))?;
+        if self.durability == Durability::Buffered {
+            tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(|e| not_committed("cannot begin", &e))?;
+        }
+        let lock = prepared(
+            &mut tx,
+            statements,
+            "SELECT head, last_recorded_at, txid_current() FROM lapilli_contexts WHERE name = $1 FOR UPDATE",
+        )
+        .map_err(|e| not_committed("cannot lock the context", &e))?;
+        let row = tx.query_one(&lock, &[&shared.context]).map_err(|e| not_committed("cannot lock the context", &e))?;
+        let committed_head = row.get::<_, i64>(0) as u64;
+        let last_recorded_at = row.get::<_, i64>(1) as u64;
+        let txid: i64 = row.get(2);
+
+        // Decide each append in order.
+        let mut head = committed_head;
+        let mut staged: Vec<(u64, EventView<'_>)> = Vec::new();
+        let mut verdicts = Vec::with_capacity(group.len());
+        for append in group {
+            let events = match append.events() {
+                Ok(events) => events,
+                Err(error) => {
+                    verdicts.push(Verdict::Refused(error));
+                    continue;
+                }
+            };
+            if let Some(condition) = &append.condition {
+                let checked = check(&mut tx, statements, &shared, condition, committed_head);
+                let checked = match checked {
+                    Ok(checked) => checked,
+                    Err(e) => return Err(Failed { verdicts, ..not_committed("cannot check a condition", &e) }),
+                };
+                if let Some(verdict) = checked.or_else(|| check_staged(condition, &staged)) {
+                    verdicts.push(verdict);
+                    continue;
+                }
+            }
+            let first = head + 1;
+            for event in events {
+                head += 1;
+                staged.push((head, event));
+            }
+            verdicts.push(Verdict::Accepted(AppendResult { first: Position(first), last: Position(head) }));
+        }
+        if staged.is_empty() {
+            // Nothing to write: every verdict is a refusal for a committed event.
+            drop(tx);
+            return Ok(verdicts);
+        }
+
+        let recorded_at = now_micros().max(last_recorded_at) as i64;
+        let fail = |what: &str, e: &postgres::Error, verdicts: Vec<Verdict>| Failed {
+            verdicts,
+            ..not_committed(what, e)
+        };
+        if let Err(e) = copy_in(&mut tx, &shared.events, &staged, recorded_at) {
+            return Err(fail("cannot insert the events", &e, verdicts));
+        }
+        let moved = prepared(
+            &mut tx,
+            statements,
+            "WITH moved AS (UPDATE lapilli_contexts SET head = $2, last_recorded_at = $3 WHERE name = $1 RETURNING head) \
+             SELECT pg_notify($4, head::text) FROM moved",
+        );
+        let channel = format!("lapilli_{}", shared.context);
+        let moved = moved.and_then(|moved| tx.execute(&moved, &[&shared.context, &(head as i64), &recorded_at, &channel]));
+        if let Err(e) = moved {
+            return Err(fail("cannot move the head", &e, verdicts));
+        }
+        match tx.commit() {
+            Ok(()) => {}
+            // The server answered: the transaction is rolled back.
+            Err(e) if e.as_db_error().is_some() => return Err(fail("cannot commit", &e, verdicts)),
+            // The connection went away with the commit sent: ask a new one what became of it.
+            Err(e) => match resolve(&shared, txid) {
+                Some(true) => {}
+                Some(false) => return Err(fail("cannot commit", &e, verdicts)),
+                None => {
+                    let error = with_outcome(
+                        pg_error(&format!("lost the connection to {url} while committing"), &e),
+                        "its outcome is unknown (it may be committed); retry it with an existence clause \
+                         (fail_if_exists on a tag unique to this append) so that it is appended at most once",
+                    );
+                    return Err(Failed { error, verdicts });
+                }
+            },
+        }
+        self.shared.published.publish_head_at_least(head);
+        self.shared.published.commit_groups.fetch_add(1, Ordering::Relaxed);
+        Ok(verdicts)
+    }
+}
+
+/// A group that did not commit: `error` for its appends, except refusals already final.
+struct Failed {
+    error: Error,
+    verdicts: Vec<Verdict>,
+}
+
+fn with_outcome(error: Error, outcome: &str) -> Error {
+    Error::io_message(
+        format!("{}; {outcome}", error.message()),
+        error.io_kind().unwrap_or(std::io::ErrorKind::Other),
+    )
+}
+
+fn prepared(tx: &mut Transaction<'_>, statements: &mut HashMap<String, Statement>, sql: &str) -> Result<Statement, postgres::Error> {
+    if let Some(statement) = statements.get(sql) {
+        return Ok(statement.clone());
+    }
+    let statement = tx.prepare(sql)?;
+    if statements.len() >= MAX_STATEMENTS {
+        statements.clear();
+    }
+    statements.insert(sql.to_string(), statement.clone());
+    Ok(statement)
+}
+
+/// The condition against the committed events, in one statement: the first event matching the
+/// boundary clause after `after`, and the first matching the existence clause anywhere.
+fn check(
+    tx: &mut Transaction<'_>,
+    statements: &mut HashMap<String, Statement>,
+    shared: &PgShared,
+    condition: &AppendCondition,
+    committed_head: u64,
+) -> Result<Option<Verdict>, postgres::Error> {
+    let after = condition.after.map_or(0, Position::get);
+    let boundary = Condition::of(&condition.fail_if_events_match, 2);
+    let existence = condition.fail_if_exists.as_ref().map(|query| Condition::of(query, 2 + boundary.params.len()));
+    if after >= committed_head && existence.is_none() {
+        return Ok(None);
+    }
+    let events = &shared.events;
+    let mut sql = format!(
+        "SELECT (SELECT position FROM {events} WHERE position > $1 AND {} ORDER BY position LIMIT 1)",
+        boundary.sql
+    );
+    if let Some(existence) = &existence {
+        sql.push_str(&format!(", (SELECT position FROM {events} WHERE {} ORDER BY position LIMIT 1)", existence.sql));
+    }
+    let statement = prepared(tx, statements, &sql)?;
+    let after_param = after as i64;
+    let mut values = params(&[&after_param], &boundary);
+    if let Some(existence) = &existence {
+        values.extend(existence.params.iter().map(|p| &**p as &(dyn postgres::types::ToSql + Sync)));
+    }
+    let row = tx.query_one(&statement, &values)?;
+    if let Some(position) = row.get::<_, Option<i64>>(0) {
+        return Ok(Some(Verdict::Refused(conflict(Position(position as u64), after))));
+    }
+    if existence.is_some() {
+        if let Some(position) = row.get::<_, Option<i64>>(1) {
+            return Ok(Some(Verdict::Refused(already_exists(Position(position as u64)))));
+        }
+    }
+    Ok(None)
+}
+
+/// The condition against the appends accepted earlier in the group (all after the committed
+/// head, so after any `after` and after any committed match).
+fn check_staged(condition: &AppendCondition, staged: &[(u64, EventView<'_>)]) -> Option<Verdict> {
+    let after = condition.after.map_or(0, Position::get);
+    let matched = |query: &crate::query::Query| {
+        staged.iter().find(|(position, event)| *position > after && query.matches(event)).map(|(p, _)| Position(*p))
+    };
+    if let Some(position) = matched(&condition.fail_if_events_match) {
+        return Some(Verdict::RefusedInGroup(conflict(position, after)));
+    }
+    let exists = condition.fail_if_exists.as_ref()?;
+    matched(exists).map(|position| Verdict::RefusedInGroup(already_exists(position)))
+}
+
+fn copy_in(tx: &mut Transaction<'_>, events: &str, staged: &[(u64, EventView<'_>)], recorded_at: i64) -> Result<(), postgres::Error> {
+    let sink = tx.copy_in(&format!("COPY {events} (position, type, tags, data, recorded_at) FROM STDIN BINARY"))?;
+    let mut writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::TEXT, Type::TEXT_ARRAY, Type::BYTEA, Type::INT8]);
+    for (position, event) in staged {
+        let tags: Vec<&str> = event.tags().collect();
+        writer.write(&[&(*position as i64), &event.event_type, &tags, &event.data, &recorded_at])?;
+    }
+    writer.finish()?;
+    Ok(())
+}
+
+/// What became of transaction `txid` whose commit was sent on a connection that then failed:
+/// Some(committed) once a new connection can tell, None if the server cannot be asked within
+/// a few seconds (or still runs it).
+fn resolve(shared: &PgShared, txid: i64) -> Option<bool> {
+    for attempt in 0..20 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(100 * attempt.min(5)));
+        }
+        let Ok(mut client) = shared.connector.connect(&shared.redacted) else { continue };
+        let Ok(row) = client.query_one("SELECT txid_status($1)", &[&txid]) else { continue };
+        match row.get::<_, Option<&str>>(0) {
+            Some("committed") => return Some(true),
+            Some("aborted") => return Some(false),
+            // In progress: its backend has not noticed the connection is gone yet.
+            _ => continue,
+        }
+    }
+    None
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
