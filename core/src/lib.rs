@@ -49,3 +49,13 @@ pub use options::{
 pub use store::Store;
 pub use subscribe::{Next, Subscription};
 pub use writer::reply::PendingAppend;
+
+// The faces hand reads, subscriptions and stores between threads (and release their runtime's
+// lock around blocking calls): whatever a backend keeps in them must stay `Send + Sync`.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<Store>();
+    shared::<ReadResult>();
+    shared::<Subscription>();
+    shared::<PendingAppend>();
+};

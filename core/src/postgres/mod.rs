@@ -38,8 +38,9 @@ pub(crate) use writer::PgAppend;
 /// The schema this build writes and reads. A context whose row says more was made by a newer
 /// Lapilli and is refused; one that says less would be migrated here (there is none yet).
 pub(crate) const SCHEMA_VERSION: i32 = 1;
-/// Idle connections kept for reads; more are opened when needed and closed after use.
-const POOLED_CONNECTIONS: usize = 8;
+/// Idle connections kept for reads; more are opened when needed and closed after use (a new
+/// connection costs a server process: milliseconds, so keep enough for many readers).
+const POOLED_CONNECTIONS: usize = 32;
 /// How often the head row is polled when no notification arrives (the fallback for poolers
 /// that drop `LISTEN`); `?poll_ms=` in the URL changes it.
 const DEFAULT_POLL: Duration = Duration::from_millis(500);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use postgres::Row;
 
-use super::sql::{Condition, params};
+use super::sql::{Condition, typed_params};
 use super::{PgShared, pg_error};
 use crate::error::Result;
 use crate::event::{EventView, RECORD_KIND_EVENT};
@@ -73,7 +73,7 @@ impl PgRead {
         let condition = &self.condition;
         let rows = shared.with_client(|client| {
             client
-                .query(&statement, &params(&[&low, &high], condition))
+                .query_typed(&statement, &typed_params(&[&low, &high], condition))
                 .map_err(|e| pg_error(&format!("cannot read from {}", shared.redacted), &e))
         })?;
         if (rows.len() as u64) < limit {

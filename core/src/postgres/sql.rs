@@ -7,7 +7,7 @@
 //! name built from the context's name, which is why that name is restricted to `[a-z0-9_]`.
 
 use postgres::Client;
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 
 use super::{SCHEMA_VERSION, newer_schema, pg_error};
 use crate::error::{Error, Result};
@@ -83,7 +83,7 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
 
 pub fn head(client: &mut Client, context: &str, redacted: &str) -> Result<u64> {
     let row = client
-        .query_one("SELECT head FROM lapilli_contexts WHERE name = $1", &[&context])
+        .query_typed_one("SELECT head FROM lapilli_contexts WHERE name = $1", &[(&context, Type::TEXT)])
         .map_err(|e| pg_error(&format!("cannot read the head of context {context:?} in {redacted}"), &e))?;
     Ok(row.get::<_, i64>(0) as u64)
 }
@@ -93,23 +93,24 @@ pub fn head(client: &mut Client, context: &str, redacted: &str) -> Result<u64> {
 /// the GIN index); items are OR-ed.
 pub struct Condition {
     pub sql: String,
-    pub params: Vec<Box<dyn ToSql + Sync>>,
+    /// Every parameter is a list of strings (`text[]`); plain values keep `ReadResult` `Send`.
+    pub params: Vec<Vec<String>>,
 }
 
 impl Condition {
     /// `first_param` is the number of the first `$n` this expression may use.
     pub fn of(query: &Query, first_param: usize) -> Condition {
         let Query::Items(items) = query else { return Condition { sql: "true".into(), params: Vec::new() } };
-        let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
+        let mut params: Vec<Vec<String>> = Vec::new();
         let mut alternatives = Vec::with_capacity(items.len());
         for item in items {
             let mut parts = Vec::new();
             if !item.types.is_empty() {
-                params.push(Box::new(item.types.clone()));
+                params.push(item.types.clone());
                 parts.push(format!("type = ANY(${})", first_param + params.len() - 1));
             }
             if !item.tags.is_empty() {
-                params.push(Box::new(item.tags.clone()));
+                params.push(item.tags.clone());
                 parts.push(format!("tags @> ${}::text[]", first_param + params.len() - 1));
             }
             alternatives.push(format!("({})", parts.join(" AND ")));
@@ -118,9 +119,11 @@ impl Condition {
     }
 }
 
-/// The parameters of a statement: `leading` first, then the condition's.
-pub fn params<'a>(leading: &[&'a (dyn ToSql + Sync)], condition: &'a Condition) -> Vec<&'a (dyn ToSql + Sync)> {
-    let mut all: Vec<&(dyn ToSql + Sync)> = leading.to_vec();
-    all.extend(condition.params.iter().map(|p| &**p as &(dyn ToSql + Sync)));
+/// The parameters of a statement, `leading` first, then the condition's, with their types for
+/// `query_typed`: one round trip (no prepare) per statement.
+/// The leading ones are positions (`bigint`); a condition's are all `text[]`.
+pub fn typed_params<'a>(leading: &[&'a (dyn ToSql + Sync)], condition: &'a Condition) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    let mut all: Vec<(&(dyn ToSql + Sync), Type)> = leading.iter().map(|p| (*p, Type::INT8)).collect();
+    all.extend(condition.params.iter().map(|p| (p as &(dyn ToSql + Sync), Type::TEXT_ARRAY)));
     all
 }

@@ -17,7 +17,7 @@ use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::types::Type;
 use postgres::{Client, Statement, Transaction};
 
-use super::sql::{Condition, params};
+use super::sql::Condition;
 use super::{PgShared, pg_error};
 use crate::append::{AppendCondition, AppendResult};
 use crate::error::{Error, Result};
@@ -161,11 +161,19 @@ impl PgWriter {
         let last_recorded_at = row.get::<_, i64>(1) as u64;
         let txid: i64 = row.get(2);
 
+        // Every condition against the committed log first, in as few statements as possible
+        // (the log does not change under the lock until the group's own insert).
+        let conditions: Vec<Option<&AppendCondition>> = group.iter().map(|a| a.condition.as_ref()).collect();
+        let committed_verdicts = match check_committed(&mut tx, &shared, &conditions, committed_head) {
+            Ok(found) => found,
+            Err(e) => return Err(not_committed("cannot check the conditions", &e)),
+        };
+
         // Decide each append in order.
         let mut head = committed_head;
         let mut staged: Vec<(u64, EventView<'_>)> = Vec::new();
         let mut verdicts = Vec::with_capacity(group.len());
-        for append in group {
+        for (append, committed_verdict) in group.iter().zip(committed_verdicts) {
             let events = match append.events() {
                 Ok(events) => events,
                 Err(error) => {
@@ -174,12 +182,7 @@ impl PgWriter {
                 }
             };
             if let Some(condition) = &append.condition {
-                let checked = check(&mut tx, statements, &shared, condition, committed_head);
-                let checked = match checked {
-                    Ok(checked) => checked,
-                    Err(e) => return Err(Failed { verdicts, ..not_committed("cannot check a condition", &e) }),
-                };
-                if let Some(verdict) = checked.or_else(|| check_staged(condition, &staged)) {
+                if let Some(verdict) = committed_verdict.or_else(|| check_staged(condition, &staged)) {
                     verdicts.push(verdict);
                     continue;
                 }
@@ -265,45 +268,87 @@ fn prepared(tx: &mut Transaction<'_>, statements: &mut HashMap<String, Statement
     Ok(statement)
 }
 
-/// The condition against the committed events, in one statement: the first event matching the
-/// boundary clause after `after`, and the first matching the existence clause anywhere.
-fn check(
+/// A parameter of the condition statement.
+enum Param {
+    After(i64),
+    Strings(Vec<String>),
+}
+
+/// Appends whose conditions one statement checks at most: two result columns each, and
+/// PostgreSQL allows 1664 columns in a select list.
+const CHECKS_PER_STATEMENT: usize = 256;
+
+/// Each condition against the committed events: for each append, the refusal the committed log
+/// gives it (the first event matching the boundary clause after `after`, else the first
+/// matching the existence clause anywhere), or None. One statement of scalar subqueries for
+/// up to `CHECKS_PER_STATEMENT` appends, each answered by the indexes on its own. A boundary
+/// clause whose `after` is the head needs no look (nothing committed lies after it).
+fn check_committed(
     tx: &mut Transaction<'_>,
-    statements: &mut HashMap<String, Statement>,
     shared: &PgShared,
-    condition: &AppendCondition,
+    conditions: &[Option<&AppendCondition>],
     committed_head: u64,
-) -> Result<Option<Verdict>, postgres::Error> {
-    let after = condition.after.map_or(0, Position::get);
-    let boundary = Condition::of(&condition.fail_if_events_match, 2);
-    let existence = condition.fail_if_exists.as_ref().map(|query| Condition::of(query, 2 + boundary.params.len()));
-    if after >= committed_head && existence.is_none() {
-        return Ok(None);
-    }
+) -> Result<Vec<Option<Verdict>>, postgres::Error> {
+    let mut verdicts: Vec<Option<Verdict>> = conditions.iter().map(|_| None).collect();
     let events = &shared.events;
-    let mut sql = format!(
-        "SELECT (SELECT position FROM {events} WHERE position > $1 AND {} ORDER BY position LIMIT 1)",
-        boundary.sql
-    );
-    if let Some(existence) = &existence {
-        sql.push_str(&format!(", (SELECT position FROM {events} WHERE {} ORDER BY position LIMIT 1)", existence.sql));
-    }
-    let statement = prepared(tx, statements, &sql)?;
-    let after_param = after as i64;
-    let mut values = params(&[&after_param], &boundary);
-    if let Some(existence) = &existence {
-        values.extend(existence.params.iter().map(|p| &**p as &(dyn postgres::types::ToSql + Sync)));
-    }
-    let row = tx.query_one(&statement, &values)?;
-    if let Some(position) = row.get::<_, Option<i64>>(0) {
-        return Ok(Some(Verdict::Refused(conflict(Position(position as u64), after))));
-    }
-    if existence.is_some() {
-        if let Some(position) = row.get::<_, Option<i64>>(1) {
-            return Ok(Some(Verdict::Refused(already_exists(Position(position as u64)))));
+    let wanted: Vec<usize> = conditions
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.is_some_and(|c| c.after.map_or(0, Position::get) < committed_head || c.fail_if_exists.is_some()))
+        .map(|(i, _)| i)
+        .collect();
+    for chunk in wanted.chunks(CHECKS_PER_STATEMENT) {
+        let mut columns = Vec::new();
+        // In `$n` order.
+        let mut values: Vec<Param> = Vec::new();
+        // (append, column of its boundary clause or None, column of its existence clause or None)
+        let mut slots = Vec::new();
+        let mut next_param = 1;
+        for &i in chunk {
+            let condition = conditions[i].expect("chosen above");
+            let after = condition.after.map_or(0, Position::get);
+            let boundary = (after < committed_head).then(|| {
+                let c = Condition::of(&condition.fail_if_events_match, next_param + 1);
+                let sql = format!(
+                    "(SELECT position FROM {events} WHERE position > ${next_param} AND {} ORDER BY position LIMIT 1)",
+                    c.sql
+                );
+                next_param += 1 + c.params.len();
+                (sql, c)
+            });
+            let boundary_column = boundary.map(|(sql, c)| {
+                columns.push(sql);
+                values.push(Param::After(after as i64));
+                values.extend(c.params.into_iter().map(Param::Strings));
+                columns.len() - 1
+            });
+            let existence_column = condition.fail_if_exists.as_ref().map(|query| {
+                let c = Condition::of(query, next_param);
+                next_param += c.params.len();
+                columns.push(format!("(SELECT position FROM {events} WHERE {} ORDER BY position LIMIT 1)", c.sql));
+                values.extend(c.params.into_iter().map(Param::Strings));
+                columns.len() - 1
+            });
+            slots.push((i, after, boundary_column, existence_column));
+        }
+        let params: Vec<(&(dyn postgres::types::ToSql + Sync), Type)> = values
+            .iter()
+            .map(|value| match value {
+                Param::After(after) => (after as &(dyn postgres::types::ToSql + Sync), Type::INT8),
+                Param::Strings(strings) => (strings as &(dyn postgres::types::ToSql + Sync), Type::TEXT_ARRAY),
+            })
+            .collect();
+        let row = tx.query_typed_one(&format!("SELECT {}", columns.join(", ")), &params)?;
+        for (i, after, boundary_column, existence_column) in slots {
+            let found = |column: Option<usize>| column.and_then(|c| row.get::<_, Option<i64>>(c)).map(|p| Position(p as u64));
+            verdicts[i] = match (found(boundary_column), found(existence_column)) {
+                (Some(position), _) => Some(Verdict::Refused(conflict(position, after))),
+                (None, Some(position)) => Some(Verdict::Refused(already_exists(position))),
+                (None, None) => None,
+            };
         }
     }
-    Ok(None)
+    Ok(verdicts)
 }
 
 /// The condition against the appends accepted earlier in the group (all after the committed
