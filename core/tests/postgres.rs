@@ -300,3 +300,46 @@ fn racing_writers_leave_a_log_that_proves_every_verdict() {
     });
     eprintln!("{head} appended, refusals {refusals:?}, events per writer {by_writer:?}");
 }
+
+/// Boundary clauses far below the head (checked by subqueries, not the group's fetch of recent
+/// events) and near it, in one group, give the same verdicts.
+#[test]
+fn stale_and_recent_boundaries_in_one_group() {
+    let Some(base) = database_url() else { return };
+    let store = Store::open(context_url(&base, &fresh_context("stale")), Options::default()).unwrap();
+    let filler: Vec<Event> = (0..1500).map(|i| Event::new("Filler", [format!("n:{i}")], vec![])).collect();
+    store.append(vec![Event::new("Start", ["entity:a"], vec![])], None).unwrap();
+    store.append(filler, None).unwrap();
+    store.append(vec![Event::new("Late", ["entity:b"], vec![])], None).unwrap();
+    let head = store.head().unwrap().get();
+    assert_eq!(head, 1502);
+    let guard = |tag: &str, after: u64| Some(AppendCondition::new(Query::for_tags([tag])).after(Position(after)));
+    let submitted = vec![
+        // Stale, conflicting at 1: refused.
+        store.submit(vec![Event::new("E", ["x"], vec![])], guard("entity:a", 0)),
+        // Stale, nothing after 1 about entity:a: accepted.
+        store.submit(vec![Event::new("E", ["x"], vec![])], guard("entity:a", 1)),
+        // Recent, conflicting at 1502: refused.
+        store.submit(vec![Event::new("E", ["x"], vec![])], guard("entity:b", 1501)),
+        // Stale, conflicting at 1502.
+        store.submit(vec![Event::new("E", ["x"], vec![])], guard("entity:b", 10)),
+        // Recent, nothing: accepted.
+        store.submit(vec![Event::new("E", ["entity:c"], vec![])], guard("entity:c", 1500)),
+        // Stale, conflicting with the append just accepted in the same group (or before it).
+        store.submit(vec![Event::new("E", ["y"], vec![])], guard("entity:c", 5)),
+    ];
+    let outcomes: Vec<_> = submitted
+        .into_iter()
+        .map(|p| match p.wait() {
+            Ok(r) => format!("ok {}", r.first.get()),
+            Err(e) => format!("{:?} {}", e.kind(), e.position().map_or(0, |p| p.get())),
+        })
+        .collect();
+    assert_eq!(outcomes[0], "Conflict 1");
+    assert!(outcomes[1].starts_with("ok "), "{outcomes:?}");
+    assert_eq!(outcomes[2], "Conflict 1502");
+    assert_eq!(outcomes[3], "Conflict 1502");
+    assert!(outcomes[4].starts_with("ok "), "{outcomes:?}");
+    let c_at: u64 = outcomes[4][3..].parse().unwrap();
+    assert_eq!(outcomes[5], format!("Conflict {c_at}"));
+}

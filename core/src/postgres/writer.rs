@@ -268,6 +268,21 @@ fn prepared(tx: &mut Transaction<'_>, statements: &mut HashMap<String, Statement
     Ok(statement)
 }
 
+/// How far below the head a boundary clause's `after` may lie to be checked against the
+/// group's one fetch of recent events rather than by a subquery of its own.
+const RECENT_WINDOW: u64 = 1024;
+
+/// `query` against an event given by its type and tags (`Query::matches` for a row).
+fn matches(query: &crate::query::Query, event_type: &str, tags: &[&str]) -> bool {
+    match query {
+        crate::query::Query::All => true,
+        crate::query::Query::Items(items) => items.iter().any(|item| {
+            (item.types.is_empty() || item.types.iter().any(|t| t == event_type))
+                && item.tags.iter().all(|tag| tags.contains(&tag.as_str()))
+        }),
+    }
+}
+
 /// A parameter of the condition statement.
 enum Param {
     After(i64),
@@ -280,9 +295,11 @@ const CHECKS_PER_STATEMENT: usize = 256;
 
 /// Each condition against the committed events: for each append, the refusal the committed log
 /// gives it (the first event matching the boundary clause after `after`, else the first
-/// matching the existence clause anywhere), or None. One statement of scalar subqueries for
-/// up to `CHECKS_PER_STATEMENT` appends, each answered by the indexes on its own. A boundary
-/// clause whose `after` is the head needs no look (nothing committed lies after it).
+/// matching the existence clause anywhere), or None. Boundary clauses whose `after` is within
+/// `RECENT_WINDOW` of the head are matched in memory against one fetch of the events after the
+/// lowest such `after`; the rest is one statement of scalar subqueries for up to
+/// `CHECKS_PER_STATEMENT` appends, each answered by the indexes on its own. A boundary clause
+/// whose `after` is the head needs no look (nothing committed lies after it).
 fn check_committed(
     tx: &mut Transaction<'_>,
     shared: &PgShared,
@@ -291,10 +308,40 @@ fn check_committed(
 ) -> Result<Vec<Option<Verdict>>, postgres::Error> {
     let mut verdicts: Vec<Option<Verdict>> = conditions.iter().map(|_| None).collect();
     let events = &shared.events;
+    let after_of = |c: &AppendCondition| c.after.map_or(0, Position::get);
+    let recent = |c: &AppendCondition| after_of(c) < committed_head && committed_head - after_of(c) <= RECENT_WINDOW;
+
+    // Boundary clauses of decisions taken on a recent read: the events after the oldest such
+    // read, fetched once (an index range scan of at most RECENT_WINDOW rows) and matched here.
+    // Planning a subquery per append cost more than the whole check (64 appends: some 15 ms).
+    if let Some(from) = conditions.iter().flatten().filter(|c| recent(c)).map(|c| after_of(c)).min() {
+        let rows = tx.query_typed(
+            &format!("SELECT position, type, tags FROM {events} WHERE position > $1 ORDER BY position"),
+            &[(&(from as i64), Type::INT8)],
+        )?;
+        let tail: Vec<(u64, &str, Vec<&str>)> =
+            rows.iter().map(|row| (row.get::<_, i64>(0) as u64, row.get(1), row.get(2))).collect();
+        for (i, condition) in conditions.iter().enumerate() {
+            let Some(condition) = condition.filter(|c| recent(c)) else { continue };
+            let after = after_of(condition);
+            let first = tail
+                .iter()
+                .find(|(position, ty, tags)| *position > after && matches(&condition.fail_if_events_match, ty, tags));
+            if let Some((position, _, _)) = first {
+                verdicts[i] = Some(Verdict::Refused(conflict(Position(*position), after)));
+            }
+        }
+    }
+
+    // Everything else by subqueries answered from the indexes: boundary clauses of older reads,
+    // and existence clauses (unless the boundary clause refused the append already).
     let wanted: Vec<usize> = conditions
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.is_some_and(|c| c.after.map_or(0, Position::get) < committed_head || c.fail_if_exists.is_some()))
+        .filter(|&(i, c)| {
+            verdicts[i].is_none()
+                && c.is_some_and(|c| (after_of(c) < committed_head && !recent(c)) || c.fail_if_exists.is_some())
+        })
         .map(|(i, _)| i)
         .collect();
     for chunk in wanted.chunks(CHECKS_PER_STATEMENT) {
@@ -307,7 +354,7 @@ fn check_committed(
         for &i in chunk {
             let condition = conditions[i].expect("chosen above");
             let after = condition.after.map_or(0, Position::get);
-            let boundary = (after < committed_head).then(|| {
+            let boundary = (after < committed_head && !recent(condition)).then(|| {
                 let c = Condition::of(&condition.fail_if_events_match, next_param + 1);
                 let sql = format!(
                     "(SELECT position FROM {events} WHERE position > ${next_param} AND {} ORDER BY position LIMIT 1)",
