@@ -46,10 +46,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stale = head / 2;
     let cases = [
         (
+            "(rejected) the existence clause ordered by the primary key: a walk of the whole table",
+            format!("SELECT (SELECT position FROM {table} WHERE ((tags @> ARRAY['unique:abc']::text[])) ORDER BY position LIMIT 1)"),
+        ),
+        (
             "condition check: type and tag after head (the usual: nothing new), plus an existence clause",
             format!(
                 "SELECT (SELECT position FROM {table} WHERE position > {head} AND ((type = ANY(ARRAY['Type3']) AND tags @> ARRAY['entity:42']::text[])) ORDER BY position LIMIT 1), \
-                 (SELECT position FROM {table} WHERE ((tags @> ARRAY['unique:abc']::text[])) ORDER BY position LIMIT 1)"
+                 (SELECT position FROM {table} WHERE ((tags @> ARRAY['unique:abc']::text[])) ORDER BY position + 0 LIMIT 1)"
             ),
         ),
         (

@@ -67,7 +67,7 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
                      data bytea NOT NULL,
                      recorded_at bigint NOT NULL
                  );
-                 CREATE INDEX IF NOT EXISTS {index_tags} ON {events} USING gin (tags);
+                 CREATE INDEX IF NOT EXISTS {index_tags} ON {events} USING gin (tags) WITH (fastupdate = off);
                  CREATE INDEX IF NOT EXISTS {index_types} ON {events} (type, position);"
             ))
             .map_err(|e| fail("cannot create the events table", &e))?;
