@@ -4,8 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== Rust: lapilli-core (unit, integration, conformance, doc tests)"
-cargo test -p lapilli-core
+echo "== PostgreSQL: a throwaway server for the Postgres backend's tests (every runtime's)"
+export LAPILLI_PG_STATE="${TMPDIR:-/tmp}/lapilli-pg.$$.state"
+eval "$(bash scripts/postgres.sh start)"
+trap 'bash scripts/postgres.sh stop' EXIT
+# From here a Postgres test that cannot find the server fails instead of skipping, and the
+# server-kill test may kill this server.
+export LAPILLI_REQUIRE_POSTGRES=1 LAPILLI_TEST_POSTGRES_KILL=1
+
+echo "== Rust: lapilli-core (unit, integration, conformance on both backends, doc tests)"
+cargo test -p lapilli-core --features postgres
 
 echo "== Rust: crash and fault harness (20 kill cycles and every injected fault)"
 cargo test -p lapilli-core --features fault-injection --test crash

@@ -482,7 +482,7 @@ fn parse_args() -> Result<Args, String> {
                 systems = list
                     .split(',')
                     .map(|s| {
-                        Kind::ALL
+                        Kind::CHOOSABLE
                             .into_iter()
                             .find(|k| k.name() == s)
                             .ok_or(format!("unknown system {s}"))
@@ -500,7 +500,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "lapilli-bench [--quick|--full] [--out DIR] [--systems lapilli,tephra,umadb]\n\
+                    "lapilli-bench [--quick|--full] [--out DIR] [--systems lapilli,tephra,umadb,postgres]\n\
                      \t[--rounds N] [--corpus EVENTS] [--entities N] [--secs WINDOW]\n\
                      \t[--scale-events N] [--writer-events N] [--only 'CELL-SUBSTRING|...']\n\
                      (--only matches cell names ignoring case; 'scale' and 'writer memory'\n\

@@ -262,8 +262,8 @@ pub fn markdown(doc: &Value) -> String {
           Target = issue 14's target for the row (\"≥1.25x Tephra\": Lapilli's figure at least 1.25 times Tephra's; for lower-is-better rows \
           \"≥10x faster\", \"≤1/4 of\", \"within 10x of\" compare the same way; \"≤ 1.5x\" and \"≤ 128 MiB\" are Lapilli's own figure); \
           the verdict says whether the medians meet it, and where not, how far Lapilli got.\n\n";
-    s += "| workload | unit | Lapilli | Tephra | UmaDB | Lapilli / Tephra | Lapilli / UmaDB | target | verdict | against the peers |\n";
-    s += "|---|---|---:|---:|---:|---:|---:|---|---|---|\n";
+    s += "| workload | unit | Lapilli | Tephra | UmaDB | Lapilli on Postgres | Lapilli / Tephra | Lapilli / UmaDB | target | verdict | against the peers |\n";
+    s += "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|\n";
     let mut notes: Vec<String> = Vec::new();
     let mut note = |text: &str| -> usize {
         match notes.iter().position(|n| n == text) {
@@ -281,7 +281,7 @@ pub fn markdown(doc: &Value) -> String {
         let hib = c["higher_is_better"].as_bool().unwrap_or(true);
         let fig = |sys: &str| c["systems"][sys]["median"].as_f64();
         let mut cols = Vec::new();
-        for sys in ["lapilli", "tephra", "umadb"] {
+        for sys in ["lapilli", "tephra", "umadb", "postgres"] {
             let cell = &c["systems"][sys];
             cols.push(match fig(sys) {
                 Some(x) => {
@@ -332,12 +332,13 @@ pub fn markdown(doc: &Value) -> String {
         let (target, target_verdict, miss) = target_verdict(c);
         target_misses.extend(miss);
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             c["id"].as_str().unwrap_or(""),
             c["unit"].as_str().unwrap_or(""),
             cols[0],
             cols[1],
             cols[2],
+            cols[3],
             ratios[0],
             ratios[1],
             target,

@@ -52,15 +52,21 @@ pub enum Kind {
     Lapilli,
     Tephra,
     Umadb,
+    /// Lapilli on its PostgreSQL backend: a context per store of the database named by
+    /// `LAPILLI_BENCH_POSTGRES_URL`. Not in `ALL`: chosen with `--systems ...,postgres`.
+    Postgres,
 }
 
 impl Kind {
     pub const ALL: [Kind; 3] = [Kind::Lapilli, Kind::Tephra, Kind::Umadb];
+    /// Every system `--systems` accepts.
+    pub const CHOOSABLE: [Kind; 4] = [Kind::Lapilli, Kind::Tephra, Kind::Umadb, Kind::Postgres];
     pub fn name(self) -> &'static str {
         match self {
             Kind::Lapilli => "lapilli",
             Kind::Tephra => "tephra",
             Kind::Umadb => "umadb",
+            Kind::Postgres => "postgres",
         }
     }
 }
@@ -108,6 +114,7 @@ pub fn open(kind: Kind, dir: &Path, config: &Config) -> Res<Box<dyn System>> {
         Kind::Lapilli => Box::new(Lap::open(dir, config)?),
         Kind::Tephra => Box::new(Teph::open(dir, config)?),
         Kind::Umadb => Box::new(Uma::open(dir)?),
+        Kind::Postgres => Box::new(Lap::open_postgres(dir)?),
     })
 }
 
@@ -173,6 +180,31 @@ impl Lap {
             ..lap::Options::default()
         };
         let store = lap::Store::open(dir, options).map_err(|e| format!("lapilli open: {e}"))?;
+        Ok(Lap { store })
+    }
+
+    /// A fresh context per store directory the harness names (and per run: contexts outlive
+    /// the run in the database), in the database of `LAPILLI_BENCH_POSTGRES_URL`; the same
+    /// directory opened again opens the same context.
+    fn open_postgres(dir: &Path) -> Res<Lap> {
+        static RUN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let run = RUN.get_or_init(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 1_000_000
+        });
+        let url = std::env::var("LAPILLI_BENCH_POSTGRES_URL")
+            .map_err(|_| "postgres: set LAPILLI_BENCH_POSTGRES_URL (scripts/postgres.sh start prints a server's URL)")?;
+        let name: String = dir
+            .to_string_lossy()
+            .rsplit("run/")
+            .next()
+            .unwrap_or("")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+            .collect();
+        let name: String = name.chars().rev().take(28).collect::<Vec<_>>().into_iter().rev().collect();
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let location = format!("{url}{separator}context=b{run}_{}", name.trim_matches('_'));
+        let store = lap::Store::open(&location, lap::Options::default()).map_err(|e| format!("postgres open: {e}"))?;
         Ok(Lap { store })
     }
 

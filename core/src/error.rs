@@ -87,6 +87,13 @@ impl Error {
         }
     }
 
+    /// An `Io` error whose message is already complete (a driver's error, described by the
+    /// caller).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn io_message(message: impl Into<String>, io_kind: io::ErrorKind) -> Self {
+        Error { kind: ErrorKind::Io, message: message.into(), position: None, io_kind: Some(io_kind) }
+    }
+
     pub(crate) fn at(mut self, position: Position) -> Self {
         self.position = Some(position);
         self

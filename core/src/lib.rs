@@ -14,6 +14,7 @@ mod append;
 mod completion;
 mod error;
 mod index;
+mod location;
 mod event;
 #[doc(hidden)]
 pub mod fault;
@@ -21,6 +22,8 @@ mod follow;
 #[doc(hidden)]
 pub mod fuzzing;
 mod open;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod options;
 pub mod log;
 mod position;
@@ -32,6 +35,7 @@ mod writer;
 
 pub use error::{Error, ErrorKind, Result};
 pub use index::Planner;
+pub use location::Location;
 pub use event::{Event, EventView, MAX_TAG_BYTES, MAX_TAGS, MAX_TYPE_BYTES, SequencedEvent};
 pub use position::Position;
 pub use query::{Query, QueryItem};
@@ -45,3 +49,13 @@ pub use options::{
 pub use store::Store;
 pub use subscribe::{Next, Subscription};
 pub use writer::reply::PendingAppend;
+
+// The faces hand reads, subscriptions and stores between threads (and release their runtime's
+// lock around blocking calls): whatever a backend keeps in them must stay `Send + Sync`.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<Store>();
+    shared::<ReadResult>();
+    shared::<Subscription>();
+    shared::<PendingAppend>();
+};

@@ -12,6 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, encode_payload, encoded_len, validate_event};
 use crate::follow::Follower;
 use crate::index::{Planner, seal};
+use crate::location::Location;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN};
 use crate::log::prepare::SegmentPreparer;
 use crate::append::{AppendCondition, AppendResult};
@@ -20,7 +21,7 @@ use crate::options::{Options, QUEUE_DEPTH};
 use crate::position::Position;
 use crate::query::Query;
 use crate::read::{Published, ReadOptions, ReadResult};
-use crate::subscribe::Subscription;
+use crate::subscribe::{Source, Subscription};
 use crate::writer::reply::PendingAppend;
 use crate::writer::condition::{PreChecked, pre_check};
 use crate::writer::{AppendRequest, Command, Writer};
@@ -57,6 +58,10 @@ pub struct Store {
     recovery: RecoveryReport,
     /// Runs registered callbacks and wakers off the writer (`completion.rs`); stopped by close.
     completions: Arc<Completions>,
+    /// A store in a PostgreSQL database (then `queue`, `threads` and `lock` are unused: its
+    /// writer and listener are its own).
+    #[cfg(feature = "postgres")]
+    postgres: Option<crate::postgres::PgStore>,
 }
 
 enum Threads {
@@ -67,11 +72,58 @@ enum Threads {
 }
 
 impl Store {
-    /// Opens (creating if missing) the store in `path`, recovering its log, and takes the
-    /// exclusive lock: a second open anywhere fails with `StoreLocked`.
-    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
+    /// Opens (creating if missing) the store at `location` ([`Location::parse`]): a path or
+    /// `file:` URL opens the embedded store in that directory, recovering its log, and takes
+    /// the exclusive lock (a second open anywhere fails with `StoreLocked`); a
+    /// `postgresql://...?context=NAME` URL opens that context of a PostgreSQL database (feature
+    /// `postgres`), which any number of handles in any number of processes may write.
+    pub fn open(location: impl AsRef<Path>, options: Options) -> Result<Store> {
         options.validate()?;
-        let path = path.as_ref().to_path_buf();
+        match Location::parse(location)? {
+            Location::Embedded(path) => Self::open_embedded(path, options),
+            Location::Postgres(url) => Self::open_postgres(&url, options, false),
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    fn open_postgres(url: &str, options: Options, read_only: bool) -> Result<Store> {
+        let published = Arc::new(Published::new());
+        let completions = Completions::start()?;
+        published.notifier.set_completions(completions.clone());
+        let store = crate::postgres::PgStore::open(url, options.durability, read_only, published.clone(), completions.clone())?;
+        let head = Position(published.head());
+        Ok(Store {
+            path: store.path(),
+            options,
+            published,
+            queue: None,
+            threads: Mutex::new(None),
+            lock: Mutex::new(None),
+            recovery: RecoveryReport { head, ..RecoveryReport::default() },
+            completions,
+            postgres: Some(store),
+        })
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    fn open_postgres(url: &str, _options: Options, _read_only: bool) -> Result<Store> {
+        let scheme = url.split("://").next().unwrap_or(url);
+        Err(Error::invalid(format!(
+            "location is a {scheme}:// URL, but this build of Lapilli has no PostgreSQL backend (cargo feature `postgres`)"
+        )))
+    }
+
+    #[cfg(feature = "postgres")]
+    fn postgres(&self) -> Option<&crate::postgres::PgStore> {
+        self.postgres.as_ref()
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    fn postgres(&self) -> Option<&std::convert::Infallible> {
+        None
+    }
+
+    fn open_embedded(path: PathBuf, options: Options) -> Result<Store> {
         create_store_dir(&path, options.dir_mode())?;
         let lock = take_lock(&path, options.file_mode)?;
         let published = Arc::new(Published::new());
@@ -125,6 +177,8 @@ impl Store {
             lock: Mutex::new(Some(lock)),
             recovery,
             completions,
+            #[cfg(feature = "postgres")]
+            postgres: None,
         })
     }
 
@@ -135,8 +189,14 @@ impl Store {
     /// If the batches it accepted are later cut back or rewritten under it, every operation
     /// fails with `Corruption` from then on (blocked subscribers wake with it), and if it cannot
     /// read a segment it must follow, with that `Io` error: reopen it.
-    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
-        let path = path.as_ref().to_path_buf();
+    ///
+    /// On a `postgresql://` URL: a handle on an existing context that refuses appends
+    /// (`ReadOnly`); it follows the commits of every writer as any Postgres handle does.
+    pub fn open_read_only(location: impl AsRef<Path>) -> Result<Store> {
+        let path = match Location::parse(location)? {
+            Location::Embedded(path) => path,
+            Location::Postgres(url) => return Self::open_postgres(&url, Options::default(), true),
+        };
         let published = Arc::new(Published::new());
         let (follower, recovery) = Follower::open(&path, published.clone())?;
         let completions = Completions::start()?;
@@ -154,12 +214,23 @@ impl Store {
             lock: Mutex::new(None),
             recovery,
             completions,
+            #[cfg(feature = "postgres")]
+            postgres: None,
         })
     }
 
     /// Whether this handle was opened with [`Store::open_read_only`].
     pub fn is_read_only(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return pg.is_read_only();
+        }
         self.queue.is_none()
+    }
+
+    /// Whether this handle is on a PostgreSQL database rather than a directory.
+    pub fn is_postgres(&self) -> bool {
+        self.postgres().is_some()
     }
 
     pub fn path(&self) -> &Path {
@@ -237,6 +308,10 @@ impl Store {
     /// The last committed position (0 for an empty store).
     pub fn head(&self) -> Result<Position> {
         self.ensure_open()?;
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return Ok(Position(pg.shared.fetch_head()?));
+        }
         Ok(Position(self.published.head()))
     }
 
@@ -262,6 +337,16 @@ impl Store {
             Err(err) => return PendingAppend::ready(&self.completions, Err(err)),
         };
         let (pending, reply) = PendingAppend::new(&self.completions);
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            pg.submit(crate::postgres::PgAppend {
+                encoded: parts.encoded,
+                frame_starts: parts.frame_starts,
+                condition: parts.condition,
+                reply,
+            });
+            return pending;
+        }
         let request = AppendRequest {
             encoded: parts.encoded,
             frame_starts: parts.frame_starts,
@@ -284,7 +369,7 @@ impl Store {
     ) -> Result<AppendRequestParts> {
         let fail = Err;
         self.ensure_open()?;
-        if self.queue.is_none() {
+        if self.is_read_only() {
             return fail(Error::new(
                 ErrorKind::ReadOnly,
                 format!(
@@ -303,8 +388,12 @@ impl Store {
             if let Some(Err(e)) = condition.fail_if_exists.as_ref().map(|q| q.validate("fail_if_exists")) {
                 return fail(e);
             }
-            let head = self.published.head();
+            let mut head = self.published.head();
             if let Some(after) = condition.after {
+                if after.get() > head && self.is_postgres() {
+                    // Another process may have committed past what this handle has heard of.
+                    head = self.head()?.get();
+                }
                 if after.get() > head {
                     return fail(Error::invalid(format!(
                         "condition after is {after}; the head is {head}, so nobody can have seen it"
@@ -322,7 +411,8 @@ impl Store {
             total += FRAME_LEN + encoded_len(event);
         }
         let capacity = self.options.segment_size as usize - HEADER_LEN;
-        if total > capacity {
+        // A Postgres store has no segments; its rows hold events of any allowed size.
+        if total > capacity && !self.is_postgres() {
             return fail(Error::invalid(format!(
                 "the append encodes to {total} bytes; one segment holds {capacity} (segment_size {})",
                 self.options.segment_size
@@ -330,9 +420,10 @@ impl Store {
         }
         // Checked here, on the caller's thread, against the log as it is now: the writer then
         // checks only what is committed after this (see `writer/condition.rs`).
+        // (A Postgres store checks the whole condition in its writer's transaction.)
         let checked = match &condition {
-            Some(condition) => pre_check(&self.published.snapshot(), condition)?,
-            None => PreChecked::default(),
+            Some(condition) if !self.is_postgres() => pre_check(&self.published.snapshot(), condition)?,
+            _ => PreChecked::default(),
         };
         let mut encoded = Vec::with_capacity(total - MARKER_RECORD_LEN);
         let mut frame_starts = Vec::with_capacity(events.len());
@@ -347,13 +438,27 @@ impl Store {
     /// Reads the events matching `query` in the window of `options` (`API.md`, "Read").
     pub fn read(&self, query: &Query, options: ReadOptions) -> Result<ReadResult> {
         self.ensure_open()?;
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            query.validate("query")?;
+            let head = pg.shared.fetch_head()?;
+            return ReadResult::postgres(pg.shared.clone(), query.clone(), options, head);
+        }
         ReadResult::new(self.published.snapshot(), query.clone(), options)
     }
 
     /// Every event matching `query` after `after`: history first, then live commits.
     pub fn subscribe(&self, query: &Query, after: Position) -> Result<Subscription> {
         self.ensure_open()?;
-        Subscription::new(self.published.clone(), query.clone(), after)
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            query.validate("query")?;
+            if after.get() > self.published.head() {
+                pg.shared.fetch_head()?;
+            }
+            return Subscription::new(self.published.clone(), query.clone(), after, Source::Postgres(pg.shared.clone()));
+        }
+        Subscription::new(self.published.clone(), query.clone(), after, Source::Embedded)
     }
 
     /// Answers every queued append, stops the writer, fsyncs, ends every subscription and
@@ -362,6 +467,17 @@ impl Store {
     /// A failure of the final fsync is returned (`Io`): with `buffered` durability that fsync is
     /// the only one, so an error there means appends answered `Ok` may not be on disk.
     pub fn close(&self) -> Result<()> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            // Every queued append is answered before the subscriptions end; then the
+            // completions they produced run, and the thread stops.
+            pg.close();
+            if !self.published.closed.swap(true, Ordering::AcqRel) {
+                self.published.notifier.notify();
+            }
+            self.completions.stop();
+            return Ok(());
+        }
         // Held until the writer is stopped and the lock released: a second `close` racing this
         // one returns only then, never before the final fsync. Not held while the completion
         // thread is joined: a callback on that thread that closes the store too would wait for

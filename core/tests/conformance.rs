@@ -21,8 +21,42 @@ use lapilli_core::{
 };
 use serde_json::{Map, Value};
 
+/// Which store a scenario runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    /// A fresh temporary directory.
+    Embedded,
+    /// A fresh context in the database of `LAPILLI_TEST_POSTGRES_URL`.
+    Postgres,
+}
+
 #[test]
 fn conformance_scenarios() {
+    run_scenarios(Backend::Embedded);
+}
+
+/// The same scenarios on the PostgreSQL backend (feature `postgres`), each in a context of its
+/// own; those marked `"embedded_only"` (files, locks, recovery) are skipped. Without
+/// `LAPILLI_TEST_POSTGRES_URL` it says so and passes, unless `LAPILLI_REQUIRE_POSTGRES=1`
+/// (`scripts/test.sh` sets both).
+#[test]
+fn conformance_scenarios_postgres() {
+    if postgres_url().is_none() {
+        assert!(
+            std::env::var_os("LAPILLI_REQUIRE_POSTGRES").is_none(),
+            "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not (scripts/postgres.sh start)"
+        );
+        eprintln!("skipped: LAPILLI_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    run_scenarios(Backend::Postgres);
+}
+
+fn postgres_url() -> Option<String> {
+    std::env::var("LAPILLI_TEST_POSTGRES_URL").ok().filter(|url| !url.is_empty())
+}
+
+fn run_scenarios(backend: Backend) {
     // LAPILLI_CONFORMANCE_DIR points the runner at another directory (to check the runner
     // itself against deliberately wrong scenarios).
     let dir = std::env::var_os("LAPILLI_CONFORMANCE_DIR")
@@ -33,10 +67,11 @@ fn conformance_scenarios() {
     let mut failures = Vec::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        let outcome = catch_unwind(AssertUnwindSafe(|| run_file(file)))
+        let outcome = catch_unwind(AssertUnwindSafe(|| run_file(file, backend)))
             .unwrap_or_else(|panic| Err(format!("the runner panicked: {}", panic_text(&panic))));
         match outcome {
-            Ok(()) => eprintln!("ok   {name}"),
+            Ok(Ran::Yes) => eprintln!("ok   {name}"),
+            Ok(Ran::EmbeddedOnly) => eprintln!("skip {name} (embedded only)"),
             Err(why) => {
                 eprintln!("FAIL {name}: {why}");
                 failures.push(format!("{name}: {why}"));
@@ -51,7 +86,7 @@ fn conformance_scenarios() {
             failures.join("\n  ")
         );
     }
-    eprintln!("{} conformance scenarios passed", files.len());
+    eprintln!("{} conformance scenarios passed on {backend:?}", files.len());
 }
 
 fn scenario_files(dir: &Path) -> Vec<PathBuf> {
@@ -76,15 +111,25 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// Why a scenario failed; the caller prefixes the step.
 type Outcome<T = ()> = std::result::Result<T, String>;
 
-fn run_file(path: &Path) -> Outcome {
+enum Ran {
+    Yes,
+    EmbeddedOnly,
+}
+
+fn run_file(path: &Path, backend: Backend) -> Outcome<Ran> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     let scenario: Value = serde_json::from_str(&text).map_err(|e| format!("not valid JSON: {e}"))?;
     let scenario = scenario.as_object().ok_or("the scenario is not a JSON object")?;
     for key in scenario.keys() {
-        if key != "description" && key != "steps" {
+        if key != "description" && key != "steps" && key != "embedded_only" {
             return Err(format!("unknown top-level field {key:?}"));
         }
     }
+    let embedded_only = match scenario.get("embedded_only") {
+        None => false,
+        Some(Value::Bool(only)) => *only,
+        Some(other) => return Err(format!("\"embedded_only\" is {other}; it must be true or false")),
+    };
     match scenario.get("description") {
         Some(Value::String(d)) if !d.trim().is_empty() => {}
         _ => return Err("missing a non-empty \"description\"".into()),
@@ -93,16 +138,38 @@ fn run_file(path: &Path) -> Outcome {
     if steps.is_empty() {
         return Err("\"steps\" is empty".into());
     }
+    if embedded_only && backend == Backend::Postgres {
+        return Ok(Ran::EmbeddedOnly);
+    }
     let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-    let mut run = Run { dir: dir.path().join("store"), store: None, subscriptions: HashMap::new() };
+    let location = match backend {
+        Backend::Embedded => dir.path().join("store"),
+        Backend::Postgres => PathBuf::from(fresh_context_url(path)),
+    };
+    let mut run = Run { dir: location, store: None, subscriptions: HashMap::new() };
     for (index, step) in steps.iter().enumerate() {
         let op = step.get("op").and_then(Value::as_str).unwrap_or("?");
         run.step(step).map_err(|why| format!("step {index} ({op}): {why}"))?;
     }
-    Ok(())
+    Ok(Ran::Yes)
+}
+
+/// The test database's URL with a context no earlier run used.
+fn fresh_context_url(scenario: &Path) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let url = postgres_url().expect("checked by the caller");
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let stem: String = scenario
+        .file_stem()
+        .map(|s| s.to_string_lossy().chars().filter(|c| c.is_ascii_lowercase() || *c == '_').take(16).collect())
+        .unwrap_or_default();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}context=t{}_{n}_{stem}", stamp % 1_000_000_000_000)
 }
 
 struct Run {
+    /// The store's location: a directory, or a Postgres URL.
     dir: PathBuf,
     /// The handle opened by the last `open` / `reopen`; kept after `close` so later steps see
     /// `Closed`.

@@ -1,5 +1,6 @@
 // The Node.js runner of the cross-language conformance scenarios (tests/README.md): every
-// tests/conformance/*.json file is one test, run against a fresh temporary directory; a failing
+// tests/conformance/*.json file is one test, run against a fresh temporary directory (and a fresh
+// Postgres context when LAPILLI_TEST_POSTGRES_URL is set); a failing
 // step is named by its index and op.
 
 import { test } from 'node:test'
@@ -236,11 +237,35 @@ class Run {
   }
 }
 
-for (const file of files) {
-  test(file, async () => {
+// The scenarios run on the embedded store, and again on the PostgreSQL backend when a server
+// is given (scripts/postgres.sh start prints the variable; scripts/test.sh sets it), each in a
+// fresh context; scenarios marked embedded_only (files, locks, recovery) are skipped there.
+const postgresUrl = process.env.LAPILLI_TEST_POSTGRES_URL || undefined
+const backends = ['embedded', ...(postgresUrl ? ['postgres'] : [])]
+let contexts = 0
+
+test('a PostgreSQL server is given when required', () => {
+  if (process.env.LAPILLI_REQUIRE_POSTGRES) {
+    assert.ok(postgresUrl, 'LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not')
+  }
+})
+
+function freshContextUrl(file) {
+  const stem = file.replace(/\.json$/, '').replace(/[^a-z_]/g, '').slice(0, 16)
+  const stamp = (BigInt(Date.now()) * 1000n + BigInt(contexts++)) % 1000000000000n
+  const separator = postgresUrl.includes('?') ? '&' : '?'
+  return `${postgresUrl}${separator}context=js${process.pid}_${stamp}_${stem}`
+}
+
+for (const backend of backends) for (const file of files) {
+  test(backend === 'embedded' ? file : `${file} (postgres)`, async (t) => {
     const scenario = JSON.parse(fs.readFileSync(path.join(scenarioDir, file), 'utf8'))
+    if (backend === 'postgres' && scenario.embedded_only) {
+      t.skip('embedded only (files, locks or recovery)')
+      return
+    }
     const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-conformance-'))
-    const run = new Run(path.join(tmp, 'store'))
+    const run = new Run(backend === 'embedded' ? path.join(tmp, 'store') : freshContextUrl(file))
     try {
       for (const [index, step] of scenario.steps.entries()) {
         try {

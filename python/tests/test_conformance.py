@@ -3,6 +3,7 @@ installed package, each as its own test named after its file."""
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -249,7 +250,33 @@ def test_the_matrix_is_not_empty():
     assert SCENARIOS, f"no scenarios in {REPO / 'tests' / 'conformance'}"
 
 
+# The scenarios run on the embedded store, and on the PostgreSQL backend when a server is
+# given (scripts/postgres.sh start prints the variable; scripts/test.sh sets it).
+POSTGRES_URL = os.environ.get("LAPILLI_TEST_POSTGRES_URL") or None
+BACKENDS = ["embedded"] + (["postgres"] if POSTGRES_URL else [])
+
+
+def test_postgres_is_there_when_required():
+    if os.environ.get("LAPILLI_REQUIRE_POSTGRES"):
+        assert POSTGRES_URL, "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not"
+
+
+def fresh_context_url(path):
+    """The test database's URL with a context no earlier run used."""
+    stem = "".join(c for c in path.stem if c.islower() or c == "_")[:16]
+    context = f"py{os.getpid()}_{time.time_ns() // 1000 % 10**12}_{stem}"
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    return f"{POSTGRES_URL}{separator}context={context}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
-def test_conformance(path, tmp_path):
+def test_conformance(path, backend, tmp_path):
     scenario = json.loads(path.read_text())
-    Runner(path.name, tmp_path / "store").run(scenario["steps"])
+    if backend == "postgres":
+        if scenario.get("embedded_only"):
+            pytest.skip("embedded only (files, locks or recovery)")
+        location = fresh_context_url(path)
+    else:
+        location = tmp_path / "store"
+    Runner(path.name, location).run(scenario["steps"])

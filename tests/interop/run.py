@@ -1,5 +1,7 @@
 """Interop across runtimes: a store written by each runtime is read by every runtime, events
-byte-identical to tests/interop/events.json, and the on-disk format versions checked.
+byte-identical to tests/interop/events.json, and the on-disk format versions checked; and, when
+LAPILLI_TEST_POSTGRES_URL is set, a context written by each runtime on that PostgreSQL server,
+read by every runtime.
 
 Usage (from the repo root, after each runtime is built by its test script):
     python3 tests/interop/run.py rust python node kotlin
@@ -11,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +46,11 @@ def commands(runtimes: list) -> dict:
         "kotlin": kotlin_command,
     }
     if "rust" in runtimes:
-        subprocess.run(["cargo", "build", "-q", "--release", "-p", "lapilli-core", "--example", "interop"], cwd=ROOT, check=True)
+        subprocess.run(
+            ["cargo", "build", "-q", "--release", "-p", "lapilli-core", "--features", "postgres", "--example", "interop"],
+            cwd=ROOT,
+            check=True,
+        )
     return {name: known[name]() for name in runtimes}
 
 
@@ -95,6 +102,27 @@ def main() -> int:
                     failed += 1
                     first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
                     print(f"FAIL {writer} wrote, {reader} read: {len(got)} events, first difference at index {first}")
+    # The same on the PostgreSQL backend when a server is given: each writer into a fresh
+    # context, read by every runtime (no file format to check there).
+    url = os.environ.get("LAPILLI_TEST_POSTGRES_URL")
+    if url:
+        separator = "&" if "?" in url else "?"
+        for writer in runtimes:
+            store = f"{url}{separator}context=interop_{os.getpid()}_{time.time_ns() // 1000 % 10**9}_{writer}"
+            subprocess.run(run[writer] + ["write", store, str(EVENTS)], check=True)
+            for reader in runtimes:
+                out = subprocess.run(run[reader] + ["read", store], check=True, capture_output=True, text=True).stdout
+                got = [json.loads(line) for line in out.splitlines() if line.strip()]
+                if got == expected:
+                    passed += 1
+                    print(f"ok   {writer} wrote, {reader} read, on Postgres: {len(got)} events byte-identical")
+                else:
+                    failed += 1
+                    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+                    print(f"FAIL {writer} wrote, {reader} read, on Postgres: {len(got)} events, first difference at index {first}")
+    elif os.environ.get("LAPILLI_REQUIRE_POSTGRES"):
+        print("FAIL LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not")
+        failed += 1
     print(f"interop: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -130,6 +130,15 @@ impl Published {
         self.notifier.notify();
     }
 
+    /// Publishes `head` unless a later one is published already: the Postgres backend's
+    /// writer and listener both learn of commits, in either order.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub fn publish_head_at_least(&self, head: u64) {
+        if self.head.fetch_max(head, Ordering::AcqRel) < head {
+            self.notifier.notify();
+        }
+    }
+
     /// Fails every later read and subscription with `error` (the first failure stays), and
     /// wakes the waiters so a blocked consumer sees it instead of waiting for a head that will
     /// never move.
@@ -353,14 +362,54 @@ pub struct ReadOptions {
 /// The answer to a read: a lazy, ordered walk over a snapshot. Iterate it, or take events in
 /// batches with [`ReadResult::next_batch`] (what the bindings do, to cross their FFI in bulk).
 pub struct ReadResult {
-    walk: Walk,
+    source: ReadSource,
     remaining: u64,
+}
+
+/// Where a read's events come from: the embedded log, or a Postgres context.
+enum ReadSource {
+    Embedded(Walk),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgRead),
+}
+
+impl ReadSource {
+    fn next(&mut self, visit: impl FnOnce(&EventView<'_>)) -> Result<Option<Position>> {
+        match self {
+            ReadSource::Embedded(walk) => walk.next(visit),
+            #[cfg(feature = "postgres")]
+            ReadSource::Postgres(read) => Ok(read.next(visit)?.map(|(position, _)| position)),
+        }
+    }
 }
 
 impl ReadResult {
     pub(crate) fn new(snapshot: Snapshot, query: Query, options: ReadOptions) -> Result<ReadResult> {
-        query.validate("query")?;
         let head = snapshot.head;
+        let (low, high) = Self::window(&query, &options, head)?;
+        Ok(ReadResult {
+            source: ReadSource::Embedded(Walk::new(snapshot, query, low, high, options.backwards)),
+            remaining: options.limit.unwrap_or(u64::MAX),
+        })
+    }
+
+    /// A read of a Postgres context whose head was read as `head`.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres(
+        shared: Arc<crate::postgres::PgShared>,
+        query: Query,
+        options: ReadOptions,
+        head: u64,
+    ) -> Result<ReadResult> {
+        let (low, high) = Self::window(&query, &options, head)?;
+        let remaining = options.limit.unwrap_or(u64::MAX);
+        let read = crate::postgres::PgRead::new(shared, &query, low, high, options.backwards, head, remaining);
+        Ok(ReadResult { source: ReadSource::Postgres(read), remaining })
+    }
+
+    /// The rules of a read's window (`API.md`, "Read"): the inclusive range of positions.
+    fn window(query: &Query, options: &ReadOptions, head: u64) -> Result<(u64, u64)> {
+        query.validate("query")?;
         let after = options.after.get();
         if after > head {
             return Err(Error::invalid(format!("after is {after}; the head is {head}")));
@@ -373,15 +422,16 @@ impl ReadResult {
             }
         }
         let high = options.until.map_or(head, |u| u.get().min(head));
-        Ok(ReadResult {
-            walk: Walk::new(snapshot, query, after + 1, high, options.backwards),
-            remaining: options.limit.unwrap_or(u64::MAX),
-        })
+        Ok((after + 1, high))
     }
 
     /// The store head pinned when the read began: the `after` for a decision built on it.
     pub fn head(&self) -> Position {
-        Position(self.walk.snapshot().head)
+        match &self.source {
+            ReadSource::Embedded(walk) => Position(walk.snapshot().head),
+            #[cfg(feature = "postgres")]
+            ReadSource::Postgres(read) => Position(read.head),
+        }
     }
 
     /// Visits up to `max` further matching events, in order, without copying them; returns how
@@ -389,7 +439,7 @@ impl ReadResult {
     pub fn visit(&mut self, max: usize, mut visit: impl FnMut(&EventView<'_>)) -> Result<usize> {
         let mut seen = 0;
         while seen < max && self.remaining > 0 {
-            match self.walk.next(&mut visit) {
+            match self.source.next(&mut visit) {
                 Ok(Some(_)) => {
                     seen += 1;
                     self.remaining -= 1;

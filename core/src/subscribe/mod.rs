@@ -214,10 +214,26 @@ pub struct Subscription {
     closed: AtomicBool,
     /// This subscription's entry in the notifier's list of registered wakers.
     interest: Arc<Interest>,
+    source: Source,
+}
+
+/// Where a subscription reads what it delivers: the embedded log, or a Postgres context. The
+/// loop around it (cursor, head, waiting) is the same for both.
+#[derive(Clone)]
+pub(crate) enum Source {
+    Embedded,
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<crate::postgres::PgShared>),
+}
+
+enum ScanWalk {
+    Embedded(Walk),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgRead),
 }
 
 impl Subscription {
-    pub(crate) fn new(published: Arc<Published>, query: Query, after: Position) -> Result<Self> {
+    pub(crate) fn new(published: Arc<Published>, query: Query, after: Position, source: Source) -> Result<Self> {
         query.validate("query")?;
         let head = published.head();
         if after.get() > head {
@@ -231,6 +247,7 @@ impl Subscription {
             delivered: AtomicU64::new(after.get()),
             closed: AtomicBool::new(false),
             interest: Arc::default(),
+            source,
         })
     }
 
@@ -332,17 +349,35 @@ impl Subscription {
             return Ok(None);
         }
         self.published.check()?;
-        let snapshot = self.published.snapshot();
-        let head = snapshot.head;
         let mut scanned = self.scanned.load(Ordering::Relaxed);
-        let mut walk = Walk::new(snapshot, self.query.clone(), scanned + 1, head, false);
+        let (mut walk, head) = match &self.source {
+            Source::Embedded => {
+                let snapshot = self.published.snapshot();
+                let head = snapshot.head;
+                (ScanWalk::Embedded(Walk::new(snapshot, self.query.clone(), scanned + 1, head, false)), head)
+            }
+            // The head this handle knows of (its own commits, and others' through the
+            // listener): committed, so everything up to it is there to read.
+            #[cfg(feature = "postgres")]
+            Source::Postgres(shared) => {
+                let head = self.published.head();
+                let read = crate::postgres::PgRead::new(shared.clone(), &self.query, scanned + 1, head, false, head, max as u64);
+                (ScanWalk::Postgres(read), head)
+            }
+        };
         let mut found = 0;
         let mut last = None;
         while found < max {
-            match walk.next_visit(|view| {
+            let visit_one = |view: &EventView<'_>| {
                 visit(view);
                 view.position.get()
-            })? {
+            };
+            let next = match &mut walk {
+                ScanWalk::Embedded(walk) => walk.next_visit(visit_one)?,
+                #[cfg(feature = "postgres")]
+                ScanWalk::Postgres(read) => read.next(visit_one)?,
+            };
+            match next {
                 Some((_, position)) => {
                     found += 1;
                     last = Some(position);

@@ -14,17 +14,37 @@ import kotlin.time.Duration.Companion.milliseconds
 
 /**
  * Runs every scenario file in `tests/conformance` (format: `tests/README.md`), one dynamic test
- * per file, named after the file; a failure names the file and the step index.
+ * per file, named after the file; a failure names the file and the step index. With
+ * `LAPILLI_TEST_POSTGRES_URL` set (scripts/postgres.sh start prints it; scripts/test.sh sets it)
+ * every scenario runs again in a fresh context of that PostgreSQL database, except those marked
+ * `embedded_only` (files, locks, recovery).
  */
 class ConformanceTest {
     private val dir: File = File(System.getProperty("lapilli.conformance.dir") ?: "../tests/conformance")
+    private val postgresUrl: String? = System.getenv("LAPILLI_TEST_POSTGRES_URL")?.takeIf { it.isNotEmpty() }
 
     @TestFactory
     fun scenarios(): List<DynamicTest> {
         val files = dir.listFiles { f -> f.name.endsWith(".json") }?.sortedBy { it.name }
             ?: error("no conformance directory at ${dir.absolutePath}")
         check(files.isNotEmpty()) { "no scenarios in ${dir.absolutePath}" }
-        return files.map { file -> DynamicTest.dynamicTest(file.nameWithoutExtension) { Scenario(file).run() } }
+        if (System.getenv("LAPILLI_REQUIRE_POSTGRES") != null) {
+            checkNotNull(postgresUrl) { "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not" }
+        }
+        val embedded = files.map { file -> DynamicTest.dynamicTest(file.nameWithoutExtension) { Scenario(file, null).run() } }
+        val postgres = postgresUrl?.let { url ->
+            files.filter { !ObjectMapper().readTree(it).path("embedded_only").asBoolean(false) }.mapIndexed { i, file ->
+                DynamicTest.dynamicTest("${file.nameWithoutExtension} (postgres)") { Scenario(file, freshContext(url, file, i)).run() }
+            }
+        }.orEmpty()
+        return embedded + postgres
+    }
+
+    private fun freshContext(url: String, file: File, n: Int): String {
+        val stem = file.nameWithoutExtension.filter { it in 'a'..'z' || it == '_' }.take(16)
+        val stamp = (System.currentTimeMillis() * 1000 + n) % 1_000_000_000_000L
+        val separator = if ('?' in url) '&' else '?'
+        return "$url${separator}context=kt${ProcessHandle.current().pid()}_${stamp}_$stem"
     }
 }
 
@@ -32,9 +52,11 @@ private class StepFailure(message: String) : AssertionError(message)
 
 private fun fail(message: String): Nothing = throw StepFailure(message)
 
-private class Scenario(private val file: File) {
+/** [postgres]: the URL of the context to run in; null: a fresh temporary directory. */
+private class Scenario(private val file: File, postgres: String?) {
     private val root: JsonNode = ObjectMapper().readTree(file)
     private val dir = Files.createTempDirectory("lapilli-conformance-").toFile()
+    private val location: String = postgres ?: dir.path
     private var store: Store? = null
     private val subscriptions = HashMap<String, Subscription>()
 
@@ -90,15 +112,15 @@ private class Scenario(private val file: File) {
 
     private fun step(step: JsonNode) {
         when (val op = step.get("op").asText()) {
-            "open" -> outcome(step) { store = Store.open(dir.path, options(step.get("options"))) }
+            "open" -> outcome(step) { store = Store.open(location, options(step.get("options"))) }
             "open_again" -> {
-                val second = outcome(step) { Store.open(dir.path, options(step.get("options"))) }
+                val second = outcome(step) { Store.open(location, options(step.get("options"))) }
                 second?.close()
             }
             "close" -> store().close()
             "reopen" -> {
                 store?.close()
-                outcome(step) { store = Store.open(dir.path, options(step.get("options"))) }
+                outcome(step) { store = Store.open(location, options(step.get("options"))) }
             }
             "head" -> outcome(step) { store().head() }?.let { expectLong(step.get("expect"), it, "head") }
             "append" -> {

@@ -1,0 +1,129 @@
+//! The schema, and queries as SQL.
+//!
+//! One table of events per context, not one table with a context column: every index (the GIN
+//! over tags above all, which cannot lead with a context column without the `btree_gin`
+//! extension) then holds that context's events only, a context's tag query never walks another
+//! context's postings, and a context is dropped or vacuumed on its own. The cost is a table
+//! name built from the context's name, which is why that name is restricted to `[a-z0-9_]`.
+
+use postgres::Client;
+use postgres::types::{ToSql, Type};
+
+use super::{SCHEMA_VERSION, newer_schema, pg_error};
+use crate::error::{Error, Result};
+use crate::query::Query;
+
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Creates the tables of the context if missing, under an advisory lock so that two processes
+/// opening a new database at once do not race on `CREATE TABLE IF NOT EXISTS` (which is not
+/// safe against itself). A read-only handle creates nothing: it needs an existing context.
+pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_only: bool) -> Result<()> {
+    let fail = |what: &str, e: &postgres::Error| pg_error(&format!("{what} in {redacted}"), e);
+    let events = quote_ident(&format!("lapilli_events_{context}"));
+    let mut tx = client.transaction().map_err(|e| fail("cannot begin", &e))?;
+    if !read_only {
+        // Any constant: only Lapilli's schema changes take this lock.
+        tx.execute("SELECT pg_advisory_xact_lock(7362115470311958527)", &[])
+            .map_err(|e| fail("cannot lock the schema", &e))?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS lapilli_contexts (
+                 name text PRIMARY KEY,
+                 schema_version integer NOT NULL,
+                 head bigint NOT NULL DEFAULT 0,
+                 last_recorded_at bigint NOT NULL DEFAULT 0,
+                 created_at timestamptz NOT NULL DEFAULT now()
+             )",
+        )
+        .map_err(|e| fail("cannot create lapilli_contexts", &e))?;
+    }
+    let exists: Option<i32> = match tx.query_opt("SELECT schema_version FROM lapilli_contexts WHERE name = $1", &[&context])
+    {
+        Ok(row) => row.map(|row| row.get(0)),
+        // A read-only handle on a database nobody wrote to yet.
+        Err(e) if read_only && e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) => None,
+        Err(e) => return Err(fail("cannot read lapilli_contexts", &e)),
+    };
+    match exists {
+        Some(found) if found > SCHEMA_VERSION => return Err(newer_schema(redacted, context, found)),
+        Some(_) => {}
+        None if read_only => {
+            return Err(Error::invalid(format!(
+                "context {context:?} does not exist in {redacted}; a read-only handle opens an existing context"
+            )));
+        }
+        None => {
+            // The events of one context. Positions are the primary key (a B-tree, also what
+            // windows and order use); tags are sorted as reads return them.
+            let index_tags = quote_ident(&format!("lapilli_events_{context}_tags"));
+            let index_types = quote_ident(&format!("lapilli_events_{context}_type"));
+            tx.batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {events} (
+                     position bigint PRIMARY KEY,
+                     type text NOT NULL,
+                     tags text[] NOT NULL,
+                     data bytea NOT NULL,
+                     recorded_at bigint NOT NULL
+                 );
+                 CREATE INDEX IF NOT EXISTS {index_tags} ON {events} USING gin (tags) WITH (fastupdate = off);
+                 CREATE INDEX IF NOT EXISTS {index_types} ON {events} (type, position);"
+            ))
+            .map_err(|e| fail("cannot create the events table", &e))?;
+            tx.execute(
+                "INSERT INTO lapilli_contexts (name, schema_version) VALUES ($1, $2)",
+                &[&context, &SCHEMA_VERSION],
+            )
+            .map_err(|e| fail("cannot register the context", &e))?;
+        }
+    }
+    tx.commit().map_err(|e| fail("cannot commit the schema", &e))
+}
+
+pub fn head(client: &mut Client, context: &str, redacted: &str) -> Result<u64> {
+    let row = client
+        .query_typed_one("SELECT head FROM lapilli_contexts WHERE name = $1", &[(&context, Type::TEXT)])
+        .map_err(|e| pg_error(&format!("cannot read the head of context {context:?} in {redacted}"), &e))?;
+    Ok(row.get::<_, i64>(0) as u64)
+}
+
+/// A query as a boolean SQL expression over the events table, with its parameters. An item is
+/// `type = ANY($types)` (when it has types) and `tags @> $tags` (when it has tags; answered by
+/// the GIN index); items are OR-ed.
+pub struct Condition {
+    pub sql: String,
+    /// Every parameter is a list of strings (`text[]`); plain values keep `ReadResult` `Send`.
+    pub params: Vec<Vec<String>>,
+}
+
+impl Condition {
+    /// `first_param` is the number of the first `$n` this expression may use.
+    pub fn of(query: &Query, first_param: usize) -> Condition {
+        let Query::Items(items) = query else { return Condition { sql: "true".into(), params: Vec::new() } };
+        let mut params: Vec<Vec<String>> = Vec::new();
+        let mut alternatives = Vec::with_capacity(items.len());
+        for item in items {
+            let mut parts = Vec::new();
+            if !item.types.is_empty() {
+                params.push(item.types.clone());
+                parts.push(format!("type = ANY(${})", first_param + params.len() - 1));
+            }
+            if !item.tags.is_empty() {
+                params.push(item.tags.clone());
+                parts.push(format!("tags @> ${}::text[]", first_param + params.len() - 1));
+            }
+            alternatives.push(format!("({})", parts.join(" AND ")));
+        }
+        Condition { sql: format!("({})", alternatives.join(" OR ")), params }
+    }
+}
+
+/// The parameters of a statement, `leading` first, then the condition's, with their types for
+/// `query_typed`: one round trip (no prepare) per statement.
+/// The leading ones are positions (`bigint`); a condition's are all `text[]`.
+pub fn typed_params<'a>(leading: &[&'a (dyn ToSql + Sync)], condition: &'a Condition) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    let mut all: Vec<(&(dyn ToSql + Sync), Type)> = leading.iter().map(|p| (*p, Type::INT8)).collect();
+    all.extend(condition.params.iter().map(|p| (p as &(dyn ToSql + Sync), Type::TEXT_ARRAY)));
+    all
+}

@@ -1,0 +1,455 @@
+//! The writer of a Postgres handle: group commit under the context's row lock.
+//!
+//! A group is everything queued when the writer gets to it. In one transaction it locks the
+//! context's row (`SELECT ... FOR UPDATE`: writers of every process queue here), decides each
+//! append in order (its condition against the table, which holds every commit before the lock
+//! was granted, and against the appends accepted earlier in the group), copies the accepted
+//! events in at head + 1..., moves the head, notifies the context's channel and commits. A
+//! verdict is answered only once the commit's outcome is known.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::types::Type;
+use postgres::{Client, Statement, Transaction};
+
+use super::sql::Condition;
+use super::{PgShared, pg_error};
+use crate::append::{AppendCondition, AppendResult};
+use crate::error::{Error, Result};
+use crate::event::EventView;
+use crate::log::format::FRAME_LEN;
+use crate::options::Durability;
+use crate::position::Position;
+use crate::writer::condition::{already_exists, conflict};
+use crate::writer::reply::Reply;
+
+/// Appends decided in one transaction at most: bounds the time the row lock is held.
+const MAX_GROUP: usize = 1024;
+/// Prepared statements kept per connection (conditions' shapes vary with their queries).
+const MAX_STATEMENTS: usize = 256;
+
+/// A validated append, its events encoded as on the embedded log (frames of canonical
+/// payloads), so that one validation and one encoding serve both backends.
+pub(crate) struct PgAppend {
+    pub encoded: Vec<u8>,
+    pub frame_starts: Vec<usize>,
+    pub condition: Option<AppendCondition>,
+    pub reply: Reply,
+}
+
+impl PgAppend {
+    fn events(&self) -> Result<Vec<EventView<'_>>> {
+        (0..self.frame_starts.len())
+            .map(|i| {
+                let start = self.frame_starts[i] + FRAME_LEN;
+                let end = self.frame_starts.get(i + 1).copied().unwrap_or(self.encoded.len());
+                EventView::decode(Position(0), &self.encoded[start..end])
+            })
+            .collect()
+    }
+}
+
+pub(crate) enum Command {
+    Append(PgAppend),
+    Shutdown,
+}
+
+enum Verdict {
+    Accepted(AppendResult),
+    /// Refused for an event committed before the group: final whatever the commit does.
+    Refused(Error),
+    /// Refused for an event accepted earlier in the group: true only if the group commits.
+    RefusedInGroup(Error),
+}
+
+pub(crate) struct PgWriter {
+    shared: Arc<PgShared>,
+    durability: Durability,
+    client: Option<Client>,
+    statements: HashMap<String, Statement>,
+}
+
+impl PgWriter {
+    pub fn new(shared: Arc<PgShared>, durability: Durability) -> PgWriter {
+        PgWriter { shared, durability, client: None, statements: HashMap::new() }
+    }
+
+    pub fn run(mut self, incoming: Receiver<Command>) {
+        let mut group = Vec::new();
+        let mut shutdown = false;
+        while !shutdown {
+            match incoming.recv() {
+                Ok(Command::Append(append)) => group.push(append),
+                Ok(Command::Shutdown) | Err(_) => break,
+            }
+            while group.len() < MAX_GROUP {
+                match incoming.try_recv() {
+                    Ok(Command::Append(append)) => group.push(append),
+                    Ok(Command::Shutdown) => {
+                        shutdown = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.commit(std::mem::take(&mut group));
+        }
+        // Appends still queued behind the shutdown are answered `Closed` as their replies drop.
+    }
+
+    fn commit(&mut self, group: Vec<PgAppend>) {
+        let answers = match self.decide_and_commit(&group) {
+            Ok(verdicts) => verdicts
+                .into_iter()
+                .map(|verdict| match verdict {
+                    Verdict::Accepted(result) => Ok(result),
+                    Verdict::Refused(error) | Verdict::RefusedInGroup(error) => Err(error),
+                })
+                .collect::<Vec<_>>(),
+            Err(Failed { error, verdicts }) => {
+                // Refusals for events committed before the group stand; everything else shares
+                // the group's fate, which `error` describes.
+                self.client = None;
+                self.statements.clear();
+                (0..group.len())
+                    .map(|i| match verdicts.get(i) {
+                        Some(Verdict::Refused(refusal)) => Err(refusal.clone()),
+                        _ => Err(error.clone()),
+                    })
+                    .collect()
+            }
+        };
+        for (append, answer) in group.into_iter().zip(answers) {
+            append.reply.send(answer);
+        }
+        crate::completion::flush_deferred();
+    }
+
+    fn decide_and_commit(&mut self, group: &[PgAppend]) -> std::result::Result<Vec<Verdict>, Failed> {
+        let shared = self.shared.clone();
+        let url = &shared.redacted;
+        let not_committed = |what: &str, e: &postgres::Error| Failed {
+            error: with_outcome(pg_error(&format!("{what} in {url}"), e), "it was not committed; it is safe to retry"),
+            verdicts: Vec::new(),
+        };
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            self.statements.clear();
+            self.client = Some(shared.connector.connect(url).map_err(|error| Failed {
+                error: with_outcome(error, "it was not committed; it is safe to retry"),
+                verdicts: Vec::new(),
+            })?);
+        }
+        let client = self.client.as_mut().expect("connected above");
+        let statements = &mut self.statements;
+        let mut tx = client.transaction().map_err(|e| not_committed("cannot begin", &e))?;
+        if self.durability == Durability::Buffered {
+            tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(|e| not_committed("cannot begin", &e))?;
+        }
+        let lock = prepared(
+            &mut tx,
+            statements,
+            "SELECT head, last_recorded_at, txid_current() FROM lapilli_contexts WHERE name = $1 FOR UPDATE",
+        )
+        .map_err(|e| not_committed("cannot lock the context", &e))?;
+        let row = tx.query_one(&lock, &[&shared.context]).map_err(|e| not_committed("cannot lock the context", &e))?;
+        let committed_head = row.get::<_, i64>(0) as u64;
+        let last_recorded_at = row.get::<_, i64>(1) as u64;
+        let txid: i64 = row.get(2);
+
+        // Every condition against the committed log first, in as few statements as possible
+        // (the log does not change under the lock until the group's own insert).
+        let conditions: Vec<Option<&AppendCondition>> = group.iter().map(|a| a.condition.as_ref()).collect();
+        let committed_verdicts = match check_committed(&mut tx, &shared, &conditions, committed_head) {
+            Ok(found) => found,
+            Err(e) => return Err(not_committed("cannot check the conditions", &e)),
+        };
+
+        // Decide each append in order.
+        let mut head = committed_head;
+        let mut staged: Vec<(u64, EventView<'_>)> = Vec::new();
+        let mut verdicts = Vec::with_capacity(group.len());
+        for (append, committed_verdict) in group.iter().zip(committed_verdicts) {
+            let events = match append.events() {
+                Ok(events) => events,
+                Err(error) => {
+                    verdicts.push(Verdict::Refused(error));
+                    continue;
+                }
+            };
+            if let Some(condition) = &append.condition {
+                if let Some(verdict) = committed_verdict.or_else(|| check_staged(condition, &staged)) {
+                    verdicts.push(verdict);
+                    continue;
+                }
+            }
+            let first = head + 1;
+            for event in events {
+                head += 1;
+                staged.push((head, event));
+            }
+            verdicts.push(Verdict::Accepted(AppendResult { first: Position(first), last: Position(head) }));
+        }
+        if staged.is_empty() {
+            // Nothing to write: every verdict is a refusal for a committed event.
+            drop(tx);
+            return Ok(verdicts);
+        }
+
+        let recorded_at = now_micros().max(last_recorded_at) as i64;
+        let fail = |what: &str, e: &postgres::Error, verdicts: Vec<Verdict>| Failed {
+            verdicts,
+            ..not_committed(what, e)
+        };
+        if let Err(e) = copy_in(&mut tx, &shared.events, &staged, recorded_at) {
+            return Err(fail("cannot insert the events", &e, verdicts));
+        }
+        let moved = prepared(
+            &mut tx,
+            statements,
+            "WITH moved AS (UPDATE lapilli_contexts SET head = $2, last_recorded_at = $3 WHERE name = $1 RETURNING head) \
+             SELECT pg_notify($4, head::text) FROM moved",
+        );
+        let channel = format!("lapilli_{}", shared.context);
+        let moved = moved.and_then(|moved| tx.execute(&moved, &[&shared.context, &(head as i64), &recorded_at, &channel]));
+        if let Err(e) = moved {
+            return Err(fail("cannot move the head", &e, verdicts));
+        }
+        match tx.commit() {
+            Ok(()) => {}
+            // The server answered: the transaction is rolled back.
+            Err(e) if e.as_db_error().is_some() => return Err(fail("cannot commit", &e, verdicts)),
+            // The connection went away with the commit sent: ask a new one what became of it.
+            Err(e) => match resolve(&shared, txid) {
+                Some(true) => {}
+                Some(false) => return Err(fail("cannot commit", &e, verdicts)),
+                None => {
+                    let error = with_outcome(
+                        pg_error(&format!("lost the connection to {url} while committing"), &e),
+                        "its outcome is unknown (it may be committed); retry it with an existence clause \
+                         (fail_if_exists on a tag unique to this append) so that it is appended at most once",
+                    );
+                    return Err(Failed { error, verdicts });
+                }
+            },
+        }
+        self.shared.published.publish_head_at_least(head);
+        self.shared.published.commit_groups.fetch_add(1, Ordering::Relaxed);
+        Ok(verdicts)
+    }
+}
+
+/// A group that did not commit: `error` for its appends, except refusals already final.
+struct Failed {
+    error: Error,
+    verdicts: Vec<Verdict>,
+}
+
+fn with_outcome(error: Error, outcome: &str) -> Error {
+    Error::io_message(
+        format!("{}; {outcome}", error.message()),
+        error.io_kind().unwrap_or(std::io::ErrorKind::Other),
+    )
+}
+
+fn prepared(tx: &mut Transaction<'_>, statements: &mut HashMap<String, Statement>, sql: &str) -> Result<Statement, postgres::Error> {
+    if let Some(statement) = statements.get(sql) {
+        return Ok(statement.clone());
+    }
+    let statement = tx.prepare(sql)?;
+    if statements.len() >= MAX_STATEMENTS {
+        statements.clear();
+    }
+    statements.insert(sql.to_string(), statement.clone());
+    Ok(statement)
+}
+
+/// How far below the head a boundary clause's `after` may lie to be checked against the
+/// group's one fetch of recent events rather than by a subquery of its own.
+const RECENT_WINDOW: u64 = 1024;
+
+/// `query` against an event given by its type and tags (`Query::matches` for a row).
+fn matches(query: &crate::query::Query, event_type: &str, tags: &[&str]) -> bool {
+    match query {
+        crate::query::Query::All => true,
+        crate::query::Query::Items(items) => items.iter().any(|item| {
+            (item.types.is_empty() || item.types.iter().any(|t| t == event_type))
+                && item.tags.iter().all(|tag| tags.contains(&tag.as_str()))
+        }),
+    }
+}
+
+/// A parameter of the condition statement.
+enum Param {
+    After(i64),
+    Strings(Vec<String>),
+}
+
+/// Appends whose conditions one statement checks at most: two result columns each, and
+/// PostgreSQL allows 1664 columns in a select list.
+const CHECKS_PER_STATEMENT: usize = 256;
+
+/// Each condition against the committed events: for each append, the refusal the committed log
+/// gives it (the first event matching the boundary clause after `after`, else the first
+/// matching the existence clause anywhere), or None. Boundary clauses whose `after` is within
+/// `RECENT_WINDOW` of the head are matched in memory against one fetch of the events after the
+/// lowest such `after`; the rest is one statement of scalar subqueries for up to
+/// `CHECKS_PER_STATEMENT` appends, each answered by the indexes on its own. A boundary clause
+/// whose `after` is the head needs no look (nothing committed lies after it).
+fn check_committed(
+    tx: &mut Transaction<'_>,
+    shared: &PgShared,
+    conditions: &[Option<&AppendCondition>],
+    committed_head: u64,
+) -> Result<Vec<Option<Verdict>>, postgres::Error> {
+    let mut verdicts: Vec<Option<Verdict>> = conditions.iter().map(|_| None).collect();
+    let events = &shared.events;
+    let after_of = |c: &AppendCondition| c.after.map_or(0, Position::get);
+    let recent = |c: &AppendCondition| after_of(c) < committed_head && committed_head - after_of(c) <= RECENT_WINDOW;
+
+    // Boundary clauses of decisions taken on a recent read: the events after the oldest such
+    // read, fetched once (an index range scan of at most RECENT_WINDOW rows) and matched here.
+    // Planning a subquery per append cost more than the whole check (64 appends: some 15 ms).
+    if let Some(from) = conditions.iter().flatten().filter(|c| recent(c)).map(|c| after_of(c)).min() {
+        let rows = tx.query_typed(
+            &format!("SELECT position, type, tags FROM {events} WHERE position > $1 ORDER BY position"),
+            &[(&(from as i64), Type::INT8)],
+        )?;
+        let tail: Vec<(u64, &str, Vec<&str>)> =
+            rows.iter().map(|row| (row.get::<_, i64>(0) as u64, row.get(1), row.get(2))).collect();
+        for (i, condition) in conditions.iter().enumerate() {
+            let Some(condition) = condition.filter(|c| recent(c)) else { continue };
+            let after = after_of(condition);
+            let first = tail
+                .iter()
+                .find(|(position, ty, tags)| *position > after && matches(&condition.fail_if_events_match, ty, tags));
+            if let Some((position, _, _)) = first {
+                verdicts[i] = Some(Verdict::Refused(conflict(Position(*position), after)));
+            }
+        }
+    }
+
+    // Everything else by subqueries answered from the indexes: boundary clauses of older reads,
+    // and existence clauses (unless the boundary clause refused the append already).
+    let wanted: Vec<usize> = conditions
+        .iter()
+        .enumerate()
+        .filter(|&(i, c)| {
+            verdicts[i].is_none()
+                && c.is_some_and(|c| (after_of(c) < committed_head && !recent(c)) || c.fail_if_exists.is_some())
+        })
+        .map(|(i, _)| i)
+        .collect();
+    for chunk in wanted.chunks(CHECKS_PER_STATEMENT) {
+        let mut columns = Vec::new();
+        // In `$n` order.
+        let mut values: Vec<Param> = Vec::new();
+        // (append, column of its boundary clause or None, column of its existence clause or None)
+        let mut slots = Vec::new();
+        let mut next_param = 1;
+        for &i in chunk {
+            let condition = conditions[i].expect("chosen above");
+            let after = condition.after.map_or(0, Position::get);
+            let boundary = (after < committed_head && !recent(condition)).then(|| {
+                let c = Condition::of(&condition.fail_if_events_match, next_param + 1);
+                let sql = format!(
+                    "(SELECT position FROM {events} WHERE position > ${next_param} AND {} ORDER BY position LIMIT 1)",
+                    c.sql
+                );
+                next_param += 1 + c.params.len();
+                (sql, c)
+            });
+            let boundary_column = boundary.map(|(sql, c)| {
+                columns.push(sql);
+                values.push(Param::After(after as i64));
+                values.extend(c.params.into_iter().map(Param::Strings));
+                columns.len() - 1
+            });
+            let existence_column = condition.fail_if_exists.as_ref().map(|query| {
+                let c = Condition::of(query, next_param);
+                next_param += c.params.len();
+                // `position + 0`: not the primary key's order, so the planner answers from the
+                // GIN or type index and sorts what matched. Ordered by the key, it walked the
+                // whole table looking for a first match of a key that was never used (the
+                // usual answer of a uniqueness guard): 934 ms at a million events, under the
+                // context's lock; from the GIN index, under a millisecond. Query.all() matches
+                // the first event: the key's order is right for it.
+                let order = if matches!(query, crate::query::Query::All) { "position" } else { "position + 0" };
+                columns.push(format!("(SELECT position FROM {events} WHERE {} ORDER BY {order} LIMIT 1)", c.sql));
+                values.extend(c.params.into_iter().map(Param::Strings));
+                columns.len() - 1
+            });
+            slots.push((i, after, boundary_column, existence_column));
+        }
+        let params: Vec<(&(dyn postgres::types::ToSql + Sync), Type)> = values
+            .iter()
+            .map(|value| match value {
+                Param::After(after) => (after as &(dyn postgres::types::ToSql + Sync), Type::INT8),
+                Param::Strings(strings) => (strings as &(dyn postgres::types::ToSql + Sync), Type::TEXT_ARRAY),
+            })
+            .collect();
+        let row = tx.query_typed_one(&format!("SELECT {}", columns.join(", ")), &params)?;
+        for (i, after, boundary_column, existence_column) in slots {
+            let found = |column: Option<usize>| column.and_then(|c| row.get::<_, Option<i64>>(c)).map(|p| Position(p as u64));
+            verdicts[i] = match (found(boundary_column), found(existence_column)) {
+                (Some(position), _) => Some(Verdict::Refused(conflict(position, after))),
+                (None, Some(position)) => Some(Verdict::Refused(already_exists(position))),
+                (None, None) => None,
+            };
+        }
+    }
+    Ok(verdicts)
+}
+
+/// The condition against the appends accepted earlier in the group (all after the committed
+/// head, so after any `after` and after any committed match).
+fn check_staged(condition: &AppendCondition, staged: &[(u64, EventView<'_>)]) -> Option<Verdict> {
+    let after = condition.after.map_or(0, Position::get);
+    let matched = |query: &crate::query::Query| {
+        staged.iter().find(|(position, event)| *position > after && query.matches(event)).map(|(p, _)| Position(*p))
+    };
+    if let Some(position) = matched(&condition.fail_if_events_match) {
+        return Some(Verdict::RefusedInGroup(conflict(position, after)));
+    }
+    let exists = condition.fail_if_exists.as_ref()?;
+    matched(exists).map(|position| Verdict::RefusedInGroup(already_exists(position)))
+}
+
+fn copy_in(tx: &mut Transaction<'_>, events: &str, staged: &[(u64, EventView<'_>)], recorded_at: i64) -> Result<(), postgres::Error> {
+    let sink = tx.copy_in(&format!("COPY {events} (position, type, tags, data, recorded_at) FROM STDIN BINARY"))?;
+    let mut writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::TEXT, Type::TEXT_ARRAY, Type::BYTEA, Type::INT8]);
+    for (position, event) in staged {
+        let tags: Vec<&str> = event.tags().collect();
+        writer.write(&[&(*position as i64), &event.event_type, &tags, &event.data, &recorded_at])?;
+    }
+    writer.finish()?;
+    Ok(())
+}
+
+/// What became of transaction `txid` whose commit was sent on a connection that then failed:
+/// Some(committed) once a new connection can tell, None if the server cannot be asked within
+/// a few seconds (or still runs it).
+fn resolve(shared: &PgShared, txid: i64) -> Option<bool> {
+    for attempt in 0..20 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(100 * attempt.min(5)));
+        }
+        let Ok(mut client) = shared.connector.connect(&shared.redacted) else { continue };
+        let Ok(row) = client.query_one("SELECT txid_status($1)", &[&txid]) else { continue };
+        match row.get::<_, Option<&str>>(0) {
+            Some("committed") => return Some(true),
+            Some("aborted") => return Some(false),
+            // In progress: its backend has not noticed the connection is gone yet.
+            _ => continue,
+        }
+    }
+    None
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
