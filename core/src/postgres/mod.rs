@@ -309,6 +309,21 @@ pub(crate) fn pg_error(context: &str, err: &postgres::Error) -> Error {
     Error::io_message(format!("{context}: {detail}"), kind)
 }
 
+/// What PostgreSQL cannot store that the embedded log can: `text` holds no U+0000, so an event
+/// whose type or tag has one is refused (`InvalidArgument`) before it reaches the writer.
+pub(crate) fn check_storable(index: usize, event: &crate::event::Event) -> Result<()> {
+    let texts = std::iter::once(("type".to_string(), &event.event_type))
+        .chain(event.tags.iter().enumerate().map(|(t, tag)| (format!("tag {t}"), tag)));
+    for (what, text) in texts {
+        if text.contains('\0') {
+            return Err(Error::invalid(format!(
+                "event {index}: {what} is {text:?}, which holds U+0000; a PostgreSQL store cannot hold it in text"
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn newer_schema(redacted: &str, context: &str, found: i32) -> Error {
     Error::new(
         ErrorKind::Corruption,
