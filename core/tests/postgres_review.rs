@@ -88,6 +88,70 @@ fn a_nul_in_a_tag_or_type_fails_only_its_own_append_with_invalid_argument() {
     }
 }
 
+/// A NUL in a query's value is valid input (the embedded store answers it); on PostgreSQL no
+/// stored event can hold one, so such a query matches nothing: the condition holds, the read is
+/// empty, and nothing else in the group is touched.
+#[test]
+fn a_nul_in_a_condition_or_read_query_matches_nothing_and_fails_nothing_else() {
+    let Some(base) = database_url() else { return };
+    let (_, store) = open_fresh(&base, "nulq");
+    let conditions = [
+        AppendCondition::new(Query::for_tags(["x\0y"])),
+        AppendCondition::new(Query::for_types(["T\0"])).after(Position::ZERO),
+        AppendCondition::new(Query::for_types(["T"])).fail_if_exists(Query::for_types(["T\0"])),
+        AppendCondition::new(Query::of([QueryItem::new(["Ok\0"], ["fine\0"])])).fail_if_exists(Query::for_tags(["\0"])),
+    ];
+    for condition in conditions {
+        let before = all(&store).len();
+        let (neighbours, answer) = among_neighbours(&store, (vec![event("Ok", &["fine"])], Some(condition.clone())));
+        for (i, n) in neighbours.iter().enumerate() {
+            assert!(n.is_ok(), "neighbour {i} failed with the NUL condition: {n:?}");
+        }
+        answer.unwrap_or_else(|e| panic!("{condition:?} refused: {e:?}"));
+        assert_eq!(all(&store).len(), before + 41);
+    }
+    let read = store.read(&Query::for_tags(["x\0y"]), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert!(read.is_empty());
+    let subscription = store.subscribe(&Query::for_types(["T\0"]), Position::ZERO).unwrap();
+    assert!(matches!(subscription.next(Some(Duration::from_millis(50))).unwrap(), Next::TimedOut));
+}
+
+/// A condition statement carries every query item's values as parameters, for up to 256 appends
+/// at once; the protocol allows 65535 parameters a statement. Queries of a few hundred items
+/// each (any of these products) in one group used to overflow it and fail every append of the
+/// group with `Io`.
+#[test]
+fn conditions_with_many_items_are_checked_exactly_in_any_group() {
+    let Some(base) = database_url() else { return };
+    let (_, store) = open_fresh(&base, "items");
+    store.append(vec![event("Product", &["p:77"])], None).unwrap();
+    let head = store.head().unwrap();
+    let wide = |n: usize, offset: usize| Query::of((0..n).map(|i| QueryItem::new(["Product"], [format!("p:{}", i + offset)])));
+    // 120 appends of 600 items each: 72,000 parameters if one statement held them all.
+    let mut pending = Vec::new();
+    for k in 0..120 {
+        // Half of them name p:77 (committed, after 0): a conflict; the other half do not.
+        let offset = if k % 2 == 0 { 0 } else { 1000 };
+        let condition = AppendCondition::new(wide(600, offset)).after(Position::ZERO);
+        pending.push(store.submit(vec![event("Order", &[&format!("o:{k}")])], Some(condition)));
+    }
+    for (k, p) in pending.into_iter().enumerate() {
+        let answer = p.wait();
+        if k % 2 == 0 {
+            let err = answer.expect_err("accepted despite p:77");
+            assert_eq!(err.kind(), ErrorKind::Conflict, "append {k}: {err:?}");
+            assert_eq!(err.position(), Some(head));
+        } else {
+            answer.unwrap_or_else(|e| panic!("append {k} refused: {e:?}"));
+        }
+    }
+    // A read and a subscription of a wide query find the one match (slices of one parameter).
+    let found = store.read(&wide(2000, 0), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(found.iter().map(|e| e.position).collect::<Vec<_>>(), [head]);
+    let subscription = store.subscribe(&wide(2000, 0), Position::ZERO).unwrap();
+    assert!(matches!(subscription.next(Some(Duration::from_secs(10))).unwrap(), Next::Event(e) if e.position == head));
+}
+
 // ---- Exact conditions across handles ---------------------------------------------------------
 
 /// A query as the checker sees it: items of (types, tags); None is `Query::all()`.
