@@ -355,3 +355,201 @@ fn readers_and_subscribers_see_a_gapless_prefix_while_handles_commit() {
     done.store(true, Ordering::Release);
     assert!(checker.join().unwrap() > 0);
 }
+
+// ---- Outcome unknown: the connection lost between COMMIT and its reply -------------------------
+
+/// A TCP relay between the store and the server that can cut a connection right after it
+/// forwarded a `COMMIT` (so the server commits but the client never hears back), and can then
+/// refuse new connections for a while (so the writer cannot ask what became of it).
+struct Relay {
+    port: u16,
+    /// Cut the next connection that sends COMMIT, once.
+    cut_at_commit: Arc<AtomicBool>,
+    /// Close every new connection at once.
+    refuse: Arc<AtomicBool>,
+}
+
+impl Relay {
+    fn start(server: std::net::SocketAddr) -> Relay {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut_at_commit = Arc::new(AtomicBool::new(false));
+        let refuse = Arc::new(AtomicBool::new(false));
+        let (cut, refusing) = (cut_at_commit.clone(), refuse.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if refusing.load(Ordering::Acquire) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(upstream) = TcpStream::connect(server) else { continue };
+                let (mut from_client, mut to_server) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                let (mut from_server, mut to_client) = (upstream, client);
+                let cut = cut.clone();
+                let both = (from_client.try_clone().unwrap(), from_server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0u8; 1 << 16];
+                    loop {
+                        let n = match from_client.read(&mut buffer) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if to_server.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                        if buffer[..n].windows(7).any(|w| w == b"COMMIT\0") && cut.swap(false, Ordering::AcqRel) {
+                            // The server has the COMMIT; the client never hears its answer.
+                            let _ = both.0.shutdown(Shutdown::Both);
+                            std::thread::sleep(Duration::from_millis(200));
+                            let _ = both.1.shutdown(Shutdown::Both);
+                            break;
+                        }
+                    }
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from_server, &mut to_client);
+                    let _ = to_client.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        Relay { port, cut_at_commit, refuse }
+    }
+
+    /// `base` with its host and port replaced by the relay's.
+    fn url(&self, base: &str) -> String {
+        let (scheme, rest) = base.split_once("://").unwrap();
+        let at = rest.find('@').map_or(0, |i| i + 1);
+        let end = rest[at..].find(['/', '?']).map_or(rest.len(), |i| at + i);
+        format!("{scheme}://{}127.0.0.1:{}{}", &rest[..at], self.port, &rest[end..])
+    }
+}
+
+fn server_address(base: &str) -> std::net::SocketAddr {
+    let config: postgres::Config = base.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        postgres::config::Host::Tcp(host) => host.clone(),
+        other => panic!("the test server is not on TCP: {other:?}"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)).unwrap().next().unwrap()
+}
+
+/// The COMMIT reached the server, the reply was lost: the writer asks a new connection what
+/// became of the transaction and answers the append as committed, once.
+#[test]
+fn a_commit_whose_reply_is_lost_is_resolved_as_committed() {
+    let Some(base) = database_url() else { return };
+    let relay = Relay::start(server_address(&base));
+    let url = context_url(&relay.url(&base), &fresh_context("lostreply"));
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(vec![event("Before", &["b"])], None).unwrap();
+    relay.cut_at_commit.store(true, Ordering::Release);
+    let answer = store.append(vec![event("Paid", &["payment:1"])], Some(AppendCondition::new(Query::for_tags(["payment:1"]))));
+    assert!(!relay.cut_at_commit.load(Ordering::Acquire), "the relay never saw the COMMIT");
+    let result = answer.unwrap_or_else(|e| panic!("a committed append was answered {e:?}"));
+    assert_eq!(result.first.get(), 2);
+    let log = all(&store);
+    assert_eq!(log.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), ["Before", "Paid"]);
+    // The handle goes on writing.
+    store.append(vec![event("After", &["a"])], None).unwrap();
+    assert_eq!(all(&store).len(), 3);
+}
+
+/// The same, but nobody can be asked: the answer is `Io` saying the outcome is unknown, and the
+/// retry with an existence clause appends it exactly once.
+#[test]
+fn a_commit_whose_outcome_cannot_be_learned_says_unknown_and_the_keyed_retry_is_exactly_once() {
+    let Some(base) = database_url() else { return };
+    let relay = Relay::start(server_address(&base));
+    let url = context_url(&relay.url(&base), &fresh_context("unknown"));
+    let store = Store::open(&url, Options::default()).unwrap();
+    let key = Query::for_tags(["payment:7"]);
+    let append = || store.append(vec![event("Paid", &["payment:7"])], Some(AppendCondition::new(Query::for_tags(["nothing"])).fail_if_exists(key.clone())));
+    // The writer's connection is made before the relay starts refusing.
+    store.append(vec![event("Before", &["b"])], None).unwrap();
+    relay.cut_at_commit.store(true, Ordering::Release);
+    relay.refuse.store(true, Ordering::Release);
+    let err = append().expect_err("answered Ok without knowing");
+    assert!(!relay.cut_at_commit.load(Ordering::Acquire), "the relay never saw the COMMIT");
+    assert_eq!(err.kind(), ErrorKind::Io, "{err:?}");
+    assert!(err.message().contains("unknown"), "{}", err.message());
+    assert!(!err.message().contains("safe to retry"), "{}", err.message());
+    relay.refuse.store(false, Ordering::Release);
+    let retry = append().expect_err("appended twice");
+    assert_eq!(retry.kind(), ErrorKind::AlreadyExists, "{retry:?}");
+    assert_eq!(retry.position(), Some(Position(2)));
+    assert_eq!(all(&store).len(), 2);
+}
+
+// ---- Connections dropped by the server ---------------------------------------------------------
+
+/// Ends the server processes of the connections whose application_name is `name` (and whose
+/// last statement starts with `statement`, if given), as a pooler's timeout, an admin or a
+/// failover would.
+fn terminate(base: &str, name: &str, statement: Option<&str>) -> u64 {
+    let mut admin = postgres::Client::connect(base, postgres::NoTls).unwrap();
+    let rows = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND ($2::text IS NULL OR query LIKE $2 || '%')",
+            &[&name, &statement],
+        )
+        .unwrap();
+    rows.len() as u64
+}
+
+/// The listener's connection is ended: the subscription of another handle's commits goes on,
+/// nothing missed (the listener reconnects; its poll covers the commits made meanwhile).
+#[test]
+fn a_subscription_survives_its_listen_connection_being_terminated() {
+    let Some(base) = database_url() else { return };
+    let context = fresh_context("listen");
+    let name = format!("review_{context}");
+    let url = context_url(&base, &context);
+    let writer = Store::open(&url, Options::default()).unwrap();
+    let follower = Store::open(&format!("{url}&application_name={name}&poll_ms=50"), Options::default()).unwrap();
+    let subscription = follower.subscribe(&Query::all(), Position::ZERO).unwrap();
+    let mut expected = 0u64;
+    for round in 0..3 {
+        writer.append(vec![event("E", &["t"])], None).unwrap();
+        expected += 1;
+        match subscription.next(Some(Duration::from_secs(30))).unwrap() {
+            Next::Event(e) => assert_eq!(e.position.get(), expected),
+            other => panic!("round {round}: {other:?}"),
+        }
+        assert!(terminate(&base, &name, None) >= 1, "no connection of the follower found");
+        // Commits while the listener is away.
+        for _ in 0..3 {
+            writer.append(vec![event("E", &["t"])], None).unwrap();
+        }
+        for _ in 0..3 {
+            expected += 1;
+            match subscription.next(Some(Duration::from_secs(30))).unwrap() {
+                Next::Event(e) => assert_eq!(e.position.get(), expected, "a gap or a repeat after the listener was cut"),
+                other => panic!("round {round}: the subscription answered {other:?} after the listener was cut"),
+            }
+        }
+    }
+}
+
+/// Every server process of a handle is ended while the handle is idle (a server restart, a
+/// pooler's idle timeout): the next read, head and append work, rather than fail with `Io` on
+/// the dead connections the handle kept.
+#[test]
+fn a_handle_whose_idle_connections_were_terminated_reads_and_writes_again() {
+    let Some(base) = database_url() else { return };
+    let context = fresh_context("idle");
+    let name = format!("review_{context}");
+    let url = format!("{}&application_name={name}", context_url(&base, &context));
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(vec![event("E", &["t"])], None).unwrap();
+    assert_eq!(all(&store).len(), 1);
+    assert!(terminate(&base, &name, None) >= 2);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(store.head().unwrap().get(), 1, "head after the connections were ended");
+    assert_eq!(all(&store).len(), 1, "read after the connections were ended");
+    store.append(vec![event("E", &["t"])], None).expect("append after the connections were ended");
+    assert_eq!(all(&store).len(), 2);
+}

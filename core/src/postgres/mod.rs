@@ -44,6 +44,8 @@ const POOLED_CONNECTIONS: usize = 32;
 /// How often the head row is polled when no notification arrives (the fallback for poolers
 /// that drop `LISTEN`); `?poll_ms=` in the URL changes it.
 const DEFAULT_POLL: Duration = Duration::from_millis(500);
+/// How long a pooled connection that failed a read gets to show it is still alive.
+const STALE_CHECK: Duration = Duration::from_secs(5);
 
 /// How to reach the server: the driver's configuration and the TLS the URL asked for.
 pub(crate) struct Connector {
@@ -77,12 +79,13 @@ pub(crate) struct PgShared {
 }
 
 impl PgShared {
-    /// A connection for a read; give it back with [`PgShared::give_back`].
-    pub fn take(&self) -> Result<Client> {
+    /// A connection for a read, and whether it waited in the pool; give it back with
+    /// [`PgShared::give_back`].
+    pub fn take(&self) -> Result<(Client, bool)> {
         let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         match pooled {
-            Some(client) if !client.is_closed() => Ok(client),
-            _ => self.connector.connect(&self.redacted),
+            Some(client) if !client.is_closed() => Ok((client, true)),
+            _ => Ok((self.connector.connect(&self.redacted)?, false)),
         }
     }
 
@@ -96,10 +99,21 @@ impl PgShared {
         }
     }
 
-    /// Runs `work` on a pooled connection; a connection that failed is dropped, not pooled.
-    pub fn with_client<T>(&self, work: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
-        let mut client = self.take()?;
-        let outcome = work(&mut client);
+    /// Runs `work` (a read: safe to run twice) on a pooled connection; a connection that failed
+    /// is dropped, not pooled.
+    ///
+    /// A pooled connection the server closed while it was idle (a restart, a failover, a
+    /// pooler's idle timeout) only says so when used: then the pool is emptied, since its other
+    /// connections went the same way, and `work` runs once more on a new connection. Before,
+    /// each of up to `POOLED_CONNECTIONS` reads after a restart failed with `Io` in turn.
+    pub fn with_client<T>(&self, mut work: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
+        let (mut client, pooled) = self.take()?;
+        let mut outcome = work(&mut client);
+        if outcome.is_err() && pooled && client.is_valid(STALE_CHECK).is_err() {
+            self.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            client = self.connector.connect(&self.redacted)?;
+            outcome = work(&mut client);
+        }
         if outcome.is_ok() {
             self.give_back(client);
         }

@@ -103,7 +103,15 @@ impl PgWriter {
     }
 
     fn commit(&mut self, group: Vec<PgAppend>) {
-        let answers = match self.decide_and_commit(&group) {
+        let mut outcome = self.decide_and_commit(&group);
+        if let Err(Failed { stale_connection: true, .. }) = outcome {
+            // The connection kept from the last group was closed by the server meanwhile (a
+            // restart, a failover, a pooler's idle timeout); only BEGIN was sent on it, so the
+            // group is decided again on a new one rather than answered `Io`.
+            self.client = None;
+            outcome = self.decide_and_commit(&group);
+        }
+        let answers = match outcome {
             Ok(verdicts) => verdicts
                 .into_iter()
                 .map(|verdict| match verdict {
@@ -111,7 +119,7 @@ impl PgWriter {
                     Verdict::Refused(error) | Verdict::RefusedInGroup(error) => Err(error),
                 })
                 .collect::<Vec<_>>(),
-            Err(Failed { error, verdicts }) => {
+            Err(Failed { error, verdicts, .. }) => {
                 // Refusals for events committed before the group stand; everything else shares
                 // the group's fate, which `error` describes.
                 self.client = None;
@@ -136,17 +144,23 @@ impl PgWriter {
         let not_committed = |what: &str, e: &postgres::Error| Failed {
             error: with_outcome(pg_error(&format!("{what} in {url}"), e), "it was not committed; it is safe to retry"),
             verdicts: Vec::new(),
+            stale_connection: false,
         };
-        if self.client.as_ref().is_none_or(Client::is_closed) {
+        let reused = self.client.as_ref().is_some_and(|client| !client.is_closed());
+        if !reused {
             self.statements.clear();
             self.client = Some(shared.connector.connect(url).map_err(|error| Failed {
                 error: with_outcome(error, "it was not committed; it is safe to retry"),
                 verdicts: Vec::new(),
+                stale_connection: false,
             })?);
         }
         let client = self.client.as_mut().expect("connected above");
         let statements = &mut self.statements;
-        let mut tx = client.transaction().map_err(|e| not_committed("cannot begin", &e))?;
+        let mut tx = client.transaction().map_err(|e| {
+            let closed = connection_gone(&e);
+            Failed { stale_connection: reused && closed, ..not_committed("cannot begin", &e) }
+        })?;
         if self.durability == Durability::Buffered {
             tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(|e| not_committed("cannot begin", &e))?;
         }
@@ -233,7 +247,7 @@ impl PgWriter {
                         "its outcome is unknown (it may be committed); retry it with an existence clause \
                          (fail_if_exists on a tag unique to this append) so that it is appended at most once",
                     );
-                    return Err(Failed { error, verdicts });
+                    return Err(Failed { error, verdicts, stale_connection: false });
                 }
             },
         }
@@ -247,6 +261,16 @@ impl PgWriter {
 struct Failed {
     error: Error,
     verdicts: Vec<Verdict>,
+    /// BEGIN failed on a connection kept from an earlier group because the server had closed
+    /// it: nothing of this group reached the server.
+    stale_connection: bool,
+}
+
+/// Whether a failed BEGIN says the connection is gone: any failure that is not the server's
+/// answer (a reset, an end of stream), or the server's goodbye, `57P01` (terminated by an
+/// administrator), `57P02` (crash shutdown) or `57P03` (cannot connect now).
+fn connection_gone(e: &postgres::Error) -> bool {
+    e.as_db_error().is_none_or(|db| db.code().code().starts_with("57P"))
 }
 
 fn with_outcome(error: Error, outcome: &str) -> Error {
