@@ -553,3 +553,164 @@ fn a_handle_whose_idle_connections_were_terminated_reads_and_writes_again() {
     store.append(vec![event("E", &["t"])], None).expect("append after the connections were ended");
     assert_eq!(all(&store).len(), 2);
 }
+
+// ---- Contract parity: bad input -----------------------------------------------------------------
+
+/// Every bad input of the contract gets the same kind of error from both backends, and leaves
+/// either store as it was.
+#[test]
+fn bad_input_gets_the_embedded_stores_errors_and_changes_nothing() {
+    let Some(base) = database_url() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let options = || Options { max_event_bytes: 1024, ..Options::default() };
+    let embedded = Store::open(dir.path().join("s"), options()).unwrap();
+    let pg_url = context_url(&base, &fresh_context("parity"));
+    let pg = Store::open(&pg_url, options()).unwrap();
+    for store in [&embedded, &pg] {
+        store.append(vec![event("Seed", &["s"]), event("Seed", &["s"])], None).unwrap();
+    }
+    let long = "x".repeat(1025);
+    let many_tags: Vec<String> = (0..256).map(|i| format!("t{i}")).collect();
+    let appends: Vec<(&str, Vec<Event>, Option<AppendCondition>)> = vec![
+        ("no events", vec![], None),
+        ("empty type", vec![event("", &["t"])], None),
+        ("long type", vec![event(&"T".repeat(256), &["t"])], None),
+        ("empty tag", vec![event("T", &[""])], None),
+        ("long tag", vec![event("T", &[&long])], None),
+        ("256 tags", vec![Event::new("T", many_tags.clone(), vec![])], None),
+        ("duplicate tag", vec![event("T", &["a", "b", "a"])], None),
+        ("oversize data", vec![Event::new("T", ["t"], vec![0; 1025])], None),
+        ("second event bad", vec![event("T", &["t"]), event("", &["t"])], None),
+        ("after beyond head", vec![event("T", &["t"])], Some(AppendCondition::new(Query::for_tags(["t"])).after(Position(7)))),
+        ("query of no items", vec![event("T", &["t"])], Some(AppendCondition::new(Query::of([])))),
+        ("empty item", vec![event("T", &["t"])], Some(AppendCondition::new(Query::of([QueryItem::new(Vec::<String>::new(), Vec::<String>::new())])))),
+        ("empty type in query", vec![event("T", &["t"])], Some(AppendCondition::new(Query::for_types([""])))),
+        ("long tag in existence query", vec![event("T", &["t"])], Some(AppendCondition::new(Query::for_tags(["t"])).fail_if_exists(Query::for_tags([long.clone()])))),
+    ];
+    for (what, events, condition) in appends {
+        let answers: Vec<_> = [&embedded, &pg].map(|store| store.append(events.clone(), condition.clone()).map(|_| ())).into();
+        let kinds: Vec<_> = answers.iter().map(|a| a.as_ref().err().map(|e| e.kind())).collect();
+        assert_eq!(kinds[0], kinds[1], "{what}: embedded {:?}, postgres {:?}", answers[0], answers[1]);
+        assert!(kinds[0].is_some(), "{what}: accepted");
+    }
+    let reads: Vec<(&str, Query, ReadOptions)> = vec![
+        ("read of no items", Query::of([]), ReadOptions::default()),
+        ("read of an empty tag", Query::for_tags([""]), ReadOptions::default()),
+        ("read after beyond head", Query::all(), ReadOptions { after: Position(9), ..ReadOptions::default() }),
+        ("read until below after", Query::all(), ReadOptions { after: Position(2), until: Some(Position(1)), ..ReadOptions::default() }),
+    ];
+    for (what, query, options) in reads {
+        let answers: Vec<_> = [&embedded, &pg]
+            .map(|store| store.read(&query, options.clone()).and_then(|r| r.collect_all()).map(|events| events.len()))
+            .into();
+        let shape = |a: &lapilli_core::Result<usize>| a.as_ref().map_err(|e| e.kind()).cloned();
+        assert_eq!(shape(&answers[0]), shape(&answers[1]), "{what}: embedded {:?}, postgres {:?}", answers[0], answers[1]);
+    }
+    for (what, query, after) in [("subscribe after beyond head", Query::all(), Position(9)), ("subscribe to no items", Query::of([]), Position::ZERO)] {
+        let kinds: Vec<_> = [&embedded, &pg].map(|store| store.subscribe(&query, after).err().map(|e| e.kind())).into();
+        assert_eq!(kinds[0], kinds[1], "{what}");
+        assert!(kinds[0].is_some(), "{what}: accepted");
+    }
+    for store in [&embedded, &pg] {
+        assert_eq!(store.head().unwrap(), Position(2), "bad input changed the store");
+        assert_eq!(all(store).len(), 2);
+    }
+    // A read-only handle, and a closed one.
+    let read_only = [Store::open_read_only(dir.path().join("s")).unwrap(), Store::open_read_only(&pg_url).unwrap()];
+    let kinds: Vec<_> = read_only.iter().map(|s| s.append(vec![event("T", &["t"])], None).unwrap_err().kind()).collect();
+    assert_eq!(kinds, [ErrorKind::ReadOnly, ErrorKind::ReadOnly]);
+    for store in [&embedded, &pg] {
+        store.close().unwrap();
+        assert_eq!(store.append(vec![event("T", &["t"])], None).unwrap_err().kind(), ErrorKind::Closed);
+        assert_eq!(store.head().unwrap_err().kind(), ErrorKind::Closed);
+        assert_eq!(store.read(&Query::all(), ReadOptions::default()).err().unwrap().kind(), ErrorKind::Closed);
+        assert_eq!(store.subscribe(&Query::all(), Position::ZERO).err().unwrap().kind(), ErrorKind::Closed);
+    }
+    assert_eq!(all(&read_only[0]).len(), 2);
+    assert_eq!(all(&read_only[1]).len(), 2);
+}
+
+/// Within one group an append's condition sees the appends accepted before it: B, queued right
+/// behind A and conditioned on A's tag after the head both read, is refused naming A; and C,
+/// refused, does not stop D behind it.
+#[test]
+fn a_condition_sees_the_earlier_appends_of_its_group() {
+    let Some(base) = database_url() else { return };
+    let (_, store) = open_fresh(&base, "group");
+    for round in 0..20u64 {
+        let head = store.head().unwrap();
+        let tag = format!("x:{round}");
+        let a = store.submit(vec![event("A", &[&tag])], None);
+        let b = store.submit(vec![event("B", &["b"])], Some(AppendCondition::new(Query::for_tags([tag.clone()])).after(head)));
+        let c = store.submit(vec![event("C", &["c"])], Some(AppendCondition::new(Query::for_types(["A"])).after(Position::ZERO)));
+        let d = store.submit(vec![event("D", &[&tag])], Some(AppendCondition::new(Query::for_types(["B"])).after(head)));
+        let a = a.wait().unwrap();
+        let b = b.wait().expect_err("B accepted after A");
+        assert_eq!((b.kind(), b.position()), (ErrorKind::Conflict, Some(a.first)));
+        assert_eq!(c.wait().expect_err("C accepted").kind(), ErrorKind::Conflict);
+        let d = d.wait().unwrap_or_else(|e| panic!("D refused: {e:?}"));
+        assert_eq!(d.first.get(), a.first.get() + 1);
+    }
+}
+
+// ---- Schema and opening --------------------------------------------------------------------------
+
+/// Handles opening a database nobody used yet, all at once: the schema is made once, every open
+/// succeeds, and every handle writes to the same context.
+#[test]
+fn many_handles_opening_a_new_database_at_once_all_succeed() {
+    let Some(base) = database_url() else { return };
+    let database = fresh_context("db");
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    admin.batch_execute(&format!("CREATE DATABASE {database}")).unwrap();
+    let (head, tail) = base.rsplit_once('/').unwrap();
+    let tail = tail.split_once('?').map_or(String::new(), |(_, q)| format!("?{q}"));
+    let url = context_url(&format!("{head}/{database}{tail}"), "shared");
+    let barrier = Arc::new(std::sync::Barrier::new(6));
+    let threads: Vec<_> = (0..6)
+        .map(|i| {
+            let (url, barrier) = (url.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let store = Store::open(&url, Options::default()).unwrap_or_else(|e| panic!("open {i}: {e:?}"));
+                store.append(vec![event("Opened", &[&format!("h:{i}")])], None).unwrap();
+                store.close().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let store = Store::open(&url, Options::default()).unwrap();
+    assert_eq!(all(&store).len(), 6);
+    store.close().unwrap();
+    admin.batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)")).unwrap();
+}
+
+/// A password given as a URL parameter is as secret as one in the user info: not in
+/// `Store::path`, not in error messages.
+#[test]
+fn a_password_parameter_is_never_shown() {
+    let Some(base) = database_url() else { return };
+    let url = context_url(&format!("{base}?password=hunter2"), &fresh_context("secret"));
+    let store = Store::open(&url, Options::default()).unwrap();
+    let shown = store.path().display().to_string();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    store.close().unwrap();
+    // An unreachable server and a TLS the server does not offer: Io, the password hidden.
+    for (url, what) in [
+        (format!("postgresql://u:pw1@127.0.0.1:1/db?password=hunter2&connect_timeout=5"), "unreachable"),
+        (context_url(&format!("{base}?password=hunter2&sslmode=require&connect_timeout=5"), "tls"), "tls"),
+    ] {
+        let err = Store::open(&url, Options::default()).err().expect("opened");
+        assert_eq!(err.kind(), ErrorKind::Io, "{what}: {err:?}");
+        assert!(!err.message().contains("hunter2") && !err.message().contains("pw1"), "{what}: {}", err.message());
+    }
+    // file: URLs and paths stay embedded stores.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("embedded");
+    let store = Store::open(format!("file://{}", path.display()), Options::default()).unwrap();
+    assert!(!store.is_postgres());
+    store.close().unwrap();
+    assert!(path.is_dir());
+}

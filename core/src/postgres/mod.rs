@@ -298,17 +298,30 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     Ok(ParsedUrl { connector: Connector { config, tls }, redacted, context, poll })
 }
 
-/// `url` with the password of its user info replaced by `***`.
+/// `url` with its password replaced by `***`: the one in its user info, and a `password=`
+/// parameter (the driver takes either).
 fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let query = query.map(|query| {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| if pair.starts_with("password=") { "password=***".to_string() } else { pair.to_string() })
+            .collect();
+        format!("?{}", pairs.join("&"))
+    });
+    let query = query.unwrap_or_default();
+    let Some((scheme, rest)) = base.split_once("://") else { return format!("{base}{query}") };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
     match authority.rsplit_once('@') {
         Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}{query}"),
+            None => format!("{base}{query}"),
         },
-        None => url.to_string(),
+        None => format!("{base}{query}"),
     }
 }
 
@@ -356,6 +369,8 @@ mod tests {
     fn urls_are_checked_and_redacted() {
         assert_eq!(redact("postgresql://u:secret@h:5/db?context=c"), "postgresql://u:***@h:5/db?context=c");
         assert_eq!(redact("postgresql://u@h/db"), "postgresql://u@h/db");
+        assert_eq!(redact("postgresql://h/db?password=pw&context=c"), "postgresql://h/db?password=***&context=c");
+        assert_eq!(redact("postgresql://u:a@h/db?x=1&password=b"), "postgresql://u:***@h/db?x=1&password=***");
         let parsed = parse_url("postgresql://u:pw@localhost:5432/db?context=courses&poll_ms=20").unwrap();
         assert_eq!(parsed.context, "courses");
         assert_eq!(parsed.poll, Duration::from_millis(20));
