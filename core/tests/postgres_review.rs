@@ -714,3 +714,92 @@ fn a_password_parameter_is_never_shown() {
     store.close().unwrap();
     assert!(path.is_dir());
 }
+
+// ---- Many subscriptions ----------------------------------------------------------------------------
+
+/// More subscriptions waiting at once than the server takes connections (200 here): a commit
+/// wakes them all, and every one delivers it, rather than some failing with "too many clients"
+/// because each scan opened a connection of its own.
+#[test]
+fn more_waiting_subscriptions_than_server_connections_all_deliver() {
+    let Some(base) = database_url() else { return };
+    let (_, store) = open_fresh(&base, "manysubs");
+    let store = Arc::new(store);
+    let count = 260;
+    let barrier = Arc::new(std::sync::Barrier::new(count + 1));
+    let threads: Vec<_> = (0..count)
+        .map(|_| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let subscription = store.subscribe(&Query::for_tags(["wake"]), Position::ZERO).unwrap();
+                barrier.wait();
+                let mut seen = Vec::new();
+                while seen.len() < 3 {
+                    match subscription.next(Some(Duration::from_secs(120))) {
+                        Ok(Next::Event(e)) => seen.push(e.position.get()),
+                        other => return Err(format!("{other:?}")),
+                    }
+                }
+                Ok(seen)
+            })
+        })
+        .collect();
+    barrier.wait();
+    for _ in 0..3 {
+        store.append(vec![event("Wake", &["wake"])], None).unwrap();
+    }
+    let failures: Vec<String> = threads.into_iter().filter_map(|t| t.join().unwrap().err()).collect();
+    assert!(failures.is_empty(), "{} of {count} subscriptions failed, e.g. {}", failures.len(), failures[0]);
+}
+
+// ---- The condition check's two looks --------------------------------------------------------------
+
+/// The writer finds a condition's first match among the events right after `after` first, and
+/// only then through the indexes (`first_match` in writer.rs, so that tags common apart but
+/// never together do not walk the whole table). Either way the answer is the first match after
+/// `after`, wherever it lies: near `after`, far beyond, only before it, or nowhere.
+#[test]
+fn conditions_find_the_first_match_near_and_far_from_after() {
+    let Some(base) = database_url() else { return };
+    let (_, store) = open_fresh(&base, "looks");
+    for chunk in (1..=700u64).collect::<Vec<_>>().chunks(100) {
+        let batch = chunk
+            .iter()
+            .map(|&i| {
+                let mut tags = vec![format!("n:{i}"), format!("m:{}", i % 100)];
+                if i == 600 || i == 650 {
+                    tags.push("late".into());
+                }
+                Event::new(format!("T{}", i % 5), tags, vec![])
+            })
+            .collect();
+        store.append(batch, None).unwrap();
+    }
+    let item = |types: &[&str], tags: &[&str]| Query::of([QueryItem::new(types.iter().copied(), tags.iter().copied())]);
+    let cases: Vec<(&str, AppendCondition, Option<(ErrorKind, u64)>)> = vec![
+        ("far beyond after", AppendCondition::new(Query::for_tags(["late"])).after(Position(0)), Some((ErrorKind::Conflict, 600))),
+        ("right after after", AppendCondition::new(Query::for_tags(["late"])).after(Position(599)), Some((ErrorKind::Conflict, 600))),
+        ("the second one", AppendCondition::new(Query::for_tags(["late"])).after(Position(600)), Some((ErrorKind::Conflict, 650))),
+        ("only before after", AppendCondition::new(Query::for_tags(["late"])).after(Position(650)), None),
+        ("type and tag", AppendCondition::new(item(&["T2"], &["m:7"])).after(Position(300)), Some((ErrorKind::Conflict, 307))),
+        ("two items", AppendCondition::new(Query::of([QueryItem::new(["T4"], ["m:99"]), QueryItem::new(Vec::<String>::new(), ["n:420"])])).after(Position(10)), Some((ErrorKind::Conflict, 99))),
+        ("never together", AppendCondition::new(Query::for_tags(["m:1", "m:2"])).after(Position(0)), None),
+        ("type only, far", AppendCondition::new(Query::for_types(["T3"])).after(Position(697)), Some((ErrorKind::Conflict, 698))),
+        ("everything", AppendCondition::new(Query::all()).after(Position(400)), Some((ErrorKind::Conflict, 401))),
+        ("exists far", AppendCondition::new(Query::for_tags(["none"])).fail_if_exists(Query::for_tags(["n:500"])), Some((ErrorKind::AlreadyExists, 500))),
+        ("exists near", AppendCondition::new(Query::for_tags(["none"])).fail_if_exists(Query::for_tags(["m:5"])), Some((ErrorKind::AlreadyExists, 5))),
+        ("exists nowhere", AppendCondition::new(Query::for_tags(["none"])).fail_if_exists(Query::for_tags(["m:1", "m:2"])), None),
+    ];
+    for (what, condition, expected) in cases {
+        let answer = store.append(vec![event("Probe", &["probe"])], Some(condition));
+        match expected {
+            Some((kind, position)) => {
+                let err = answer.expect_err(what);
+                assert_eq!((err.kind(), err.position()), (kind, Some(Position(position))), "{what}");
+            }
+            None => {
+                answer.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            }
+        }
+    }
+}
