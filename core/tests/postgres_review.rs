@@ -367,6 +367,24 @@ struct Relay {
     cut_at_commit: Arc<AtomicBool>,
     /// Close every new connection at once.
     refuse: Arc<AtomicBool>,
+    /// Answer the next COMMIT (once the server has it) with a FATAL error instead of the
+    /// server's reply, as a server shutting down answers one it has just committed.
+    fatal_at_commit: Arc<AtomicBool>,
+}
+
+/// The ErrorResponse a backend sends when the postmaster dies under it.
+fn fatal_postmaster_exit() -> Vec<u8> {
+    let mut fields = Vec::new();
+    for (code, value) in [(b'S', "FATAL"), (b'V', "FATAL"), (b'C', "57P01"), (b'M', "terminating connection due to unexpected postmaster exit")] {
+        fields.push(code);
+        fields.extend_from_slice(value.as_bytes());
+        fields.push(0);
+    }
+    fields.push(0);
+    let mut message = vec![b'E'];
+    message.extend_from_slice(&(fields.len() as u32 + 4).to_be_bytes());
+    message.extend_from_slice(&fields);
+    message
 }
 
 impl Relay {
@@ -377,7 +395,8 @@ impl Relay {
         let port = listener.local_addr().unwrap().port();
         let cut_at_commit = Arc::new(AtomicBool::new(false));
         let refuse = Arc::new(AtomicBool::new(false));
-        let (cut, refusing) = (cut_at_commit.clone(), refuse.clone());
+        let fatal_at_commit = Arc::new(AtomicBool::new(false));
+        let (cut, refusing, fatal) = (cut_at_commit.clone(), refuse.clone(), fatal_at_commit.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -388,8 +407,11 @@ impl Relay {
                 let Ok(upstream) = TcpStream::connect(server) else { continue };
                 let (mut from_client, mut to_server) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
                 let (mut from_server, mut to_client) = (upstream, client);
-                let cut = cut.clone();
+                let (cut, fatal) = (cut.clone(), fatal.clone());
                 let both = (from_client.try_clone().unwrap(), from_server.try_clone().unwrap());
+                let mut answer_client = to_client.try_clone().unwrap();
+                let muted = Arc::new(AtomicBool::new(false));
+                let muting = muted.clone();
                 std::thread::spawn(move || {
                     let mut buffer = vec![0u8; 1 << 16];
                     loop {
@@ -397,7 +419,22 @@ impl Relay {
                             Ok(0) | Err(_) => break,
                             Ok(n) => n,
                         };
+                        let commit = buffer[..n].windows(7).any(|w| w == b"COMMIT\0");
+                        let fake = commit && fatal.swap(false, Ordering::AcqRel);
+                        if fake {
+                            muting.store(true, Ordering::Release);
+                        }
                         if to_server.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                        if fake {
+                            // Give the server the time to commit, then answer in its place.
+                            std::thread::sleep(Duration::from_millis(300));
+                            let _ = answer_client.write_all(&fatal_postmaster_exit());
+                            // Let the client read it before the connection goes.
+                            std::thread::sleep(Duration::from_millis(300));
+                            let _ = both.0.shutdown(Shutdown::Both);
+                            let _ = both.1.shutdown(Shutdown::Both);
                             break;
                         }
                         if buffer[..n].windows(7).any(|w| w == b"COMMIT\0") && cut.swap(false, Ordering::AcqRel) {
@@ -410,12 +447,23 @@ impl Relay {
                     }
                 });
                 std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut from_server, &mut to_client);
-                    let _ = to_client.shutdown(Shutdown::Both);
+                    let mut buffer = vec![0u8; 1 << 16];
+                    loop {
+                        let n = match from_server.read(&mut buffer) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if muted.load(Ordering::Acquire) || to_client.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    if !muted.load(Ordering::Acquire) {
+                        let _ = to_client.shutdown(Shutdown::Both);
+                    }
                 });
             }
         });
-        Relay { port, cut_at_commit, refuse }
+        Relay { port, cut_at_commit, refuse, fatal_at_commit }
     }
 
     /// `base` with its host and port replaced by the relay's.
@@ -482,6 +530,28 @@ fn a_commit_whose_outcome_cannot_be_learned_says_unknown_and_the_keyed_retry_is_
     assert_eq!(retry.kind(), ErrorKind::AlreadyExists, "{retry:?}");
     assert_eq!(retry.position(), Some(Position(2)));
     assert_eq!(all(&store).len(), 2);
+}
+
+/// A server that is shutting down (or whose postmaster died) can answer a COMMIT it has just
+/// made durable with a FATAL error and close the connection. That answer says nothing about
+/// the commit, yet the writer took every error reply to COMMIT for a rollback and answered
+/// "it was not committed; it is safe to retry": a retry without an existence clause then
+/// appended the events twice (the server-kill test's retry met its own batch, about one run in
+/// two). The writer must ask what became of the transaction, as when the reply is lost.
+#[test]
+fn a_fatal_answer_to_commit_is_not_taken_for_a_rollback() {
+    let Some(base) = database_url() else { return };
+    let relay = Relay::start(server_address(&base));
+    let url = context_url(&relay.url(&base), &fresh_context("fatal"));
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(vec![event("Before", &["b"])], None).unwrap();
+    relay.fatal_at_commit.store(true, Ordering::Release);
+    let answer = store.append(vec![event("Paid", &["payment:3"])], None);
+    assert!(!relay.fatal_at_commit.load(Ordering::Acquire), "the relay never saw the COMMIT");
+    let log = all(&store);
+    assert_eq!(log.len(), 2, "the COMMIT was not made: the relay did not wait long enough");
+    let result = answer.unwrap_or_else(|e| panic!("a committed append was answered {e:?}"));
+    assert_eq!(result.first.get(), 2);
 }
 
 // ---- Connections dropped by the server ---------------------------------------------------------

@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::error::Severity;
 use postgres::types::Type;
 use postgres::{Client, Statement, Transaction};
 
@@ -235,9 +236,14 @@ impl PgWriter {
         }
         match tx.commit() {
             Ok(()) => {}
-            // The server answered: the transaction is rolled back.
-            Err(e) if e.as_db_error().is_some() => return Err(fail("cannot commit", &e, verdicts)),
-            // The connection went away with the commit sent: ask a new one what became of it.
+            // The server refused the commit and kept the session (an ERROR): rolled back.
+            Err(e) if e.as_db_error().is_some_and(|db| db.parsed_severity() == Some(Severity::Error)) => {
+                return Err(fail("cannot commit", &e, verdicts));
+            }
+            // The connection went away with the commit sent, or the server ended the session
+            // (a FATAL, such as "terminating connection due to unexpected postmaster exit",
+            // which a backend can send after its commit record is durable: it says nothing
+            // about the commit): ask a new connection what became of it.
             Err(e) => match resolve(&shared, txid) {
                 Some(true) => {}
                 Some(false) => return Err(fail("cannot commit", &e, verdicts)),
