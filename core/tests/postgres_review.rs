@@ -370,6 +370,11 @@ struct Relay {
     /// Answer the next COMMIT (once the server has it) with a FATAL error instead of the
     /// server's reply, as a server shutting down answers one it has just committed.
     fatal_at_commit: Arc<AtomicBool>,
+    /// Forward the next statement after a START TRANSACTION (the writer's lock of the context's row),
+    /// then neither forward nor close
+    /// anything more on that connection: its client is cut off mid-transaction, as by a
+    /// partition or a machine that lost power, and the server does not know.
+    freeze_at_lock: Arc<AtomicBool>,
 }
 
 /// The ErrorResponse a backend sends when the postmaster dies under it.
@@ -396,7 +401,8 @@ impl Relay {
         let cut_at_commit = Arc::new(AtomicBool::new(false));
         let refuse = Arc::new(AtomicBool::new(false));
         let fatal_at_commit = Arc::new(AtomicBool::new(false));
-        let (cut, refusing, fatal) = (cut_at_commit.clone(), refuse.clone(), fatal_at_commit.clone());
+        let freeze_at_lock = Arc::new(AtomicBool::new(false));
+        let (cut, refusing, fatal, freeze) = (cut_at_commit.clone(), refuse.clone(), fatal_at_commit.clone(), freeze_at_lock.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -407,13 +413,14 @@ impl Relay {
                 let Ok(upstream) = TcpStream::connect(server) else { continue };
                 let (mut from_client, mut to_server) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
                 let (mut from_server, mut to_client) = (upstream, client);
-                let (cut, fatal) = (cut.clone(), fatal.clone());
+                let (cut, fatal, freeze) = (cut.clone(), fatal.clone(), freeze.clone());
                 let both = (from_client.try_clone().unwrap(), from_server.try_clone().unwrap());
                 let mut answer_client = to_client.try_clone().unwrap();
                 let muted = Arc::new(AtomicBool::new(false));
                 let muting = muted.clone();
                 std::thread::spawn(move || {
                     let mut buffer = vec![0u8; 1 << 16];
+                    let mut after_begin = false;
                     loop {
                         let n = match from_client.read(&mut buffer) {
                             Ok(0) | Err(_) => break,
@@ -421,11 +428,22 @@ impl Relay {
                         };
                         let commit = buffer[..n].windows(7).any(|w| w == b"COMMIT\0");
                         let fake = commit && fatal.swap(false, Ordering::AcqRel);
-                        if fake {
+                        // The lock is the statement right after START TRANSACTION (by name once prepared,
+                        // so its text is not on the wire).
+                        let frozen = after_begin && freeze.swap(false, Ordering::AcqRel);
+                        after_begin = buffer[..n].windows(17).any(|w| w == b"START TRANSACTION");
+                        if fake || frozen {
                             muting.store(true, Ordering::Release);
                         }
                         if to_server.write_all(&buffer[..n]).is_err() {
                             break;
+                        }
+                        if frozen {
+                            // Hold both connections open, silent, for the rest of the process.
+                            let _held = (from_client, to_server, both, answer_client);
+                            loop {
+                                std::thread::park();
+                            }
                         }
                         if fake {
                             // Give the server the time to commit, then answer in its place.
@@ -463,7 +481,7 @@ impl Relay {
                 });
             }
         });
-        Relay { port, cut_at_commit, refuse, fatal_at_commit }
+        Relay { port, cut_at_commit, refuse, fatal_at_commit, freeze_at_lock }
     }
 
     /// `base` with its host and port replaced by the relay's.
@@ -552,6 +570,41 @@ fn a_fatal_answer_to_commit_is_not_taken_for_a_rollback() {
     assert_eq!(log.len(), 2, "the COMMIT was not made: the relay did not wait long enough");
     let result = answer.unwrap_or_else(|e| panic!("a committed append was answered {e:?}"));
     assert_eq!(result.first.get(), 2);
+}
+
+/// A writer cut off in the middle of its transaction (a partition, a machine that lost power)
+/// holds the context's row lock for as long as the server believes its connection alive:
+/// without a limit, hours (the server's TCP keepalive), and every writer of the context in every
+/// process waits all that time. The writer's sessions limit how long a transaction may sit idle,
+/// so the server ends it and the others go on.
+#[test]
+fn a_writer_cut_off_mid_transaction_does_not_stop_the_context() {
+    let Some(base) = database_url() else { return };
+    let relay = Relay::start(server_address(&base));
+    let context = fresh_context("cutoff");
+    let cut_off = Arc::new(Store::open(context_url(&relay.url(&base), &context), Options::default()).unwrap());
+    cut_off.append(vec![event("Before", &["b"])], None).unwrap();
+    relay.freeze_at_lock.store(true, Ordering::Release);
+    // Never answered: its machine is gone as far as anyone can tell.
+    let stuck = cut_off.submit(vec![event("Lost", &["l"])], None);
+    std::mem::forget(stuck);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while relay.freeze_at_lock.load(Ordering::Acquire) {
+        assert!(std::time::Instant::now() < deadline, "the relay never saw the writer's transaction");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::mem::forget(cut_off);
+    let other = Store::open(context_url(&base, &context), Options::default()).unwrap();
+    let (sender, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(other.append(vec![event("After", &["a"])], None).map(|r| r.first.get()));
+    });
+    // The limit is 10 s; a wide margin over it.
+    let first = answer
+        .recv_timeout(Duration::from_secs(180))
+        .expect("another handle's append waited 3 minutes behind a writer that is gone")
+        .unwrap();
+    assert_eq!(first, 2, "the cut-off transaction's events were committed");
 }
 
 // ---- Connections dropped by the server ---------------------------------------------------------

@@ -168,9 +168,18 @@ impl PgWriter {
         let lock = prepared(
             &mut tx,
             statements,
-            "SELECT head, last_recorded_at, txid_current() FROM lapilli_contexts WHERE name = $1 FOR UPDATE",
+            "SELECT head, last_recorded_at, txid_current(), \
+             set_config('idle_in_transaction_session_timeout', '10s', true) \
+             FROM lapilli_contexts WHERE name = $1 FOR UPDATE",
         )
         .map_err(|e| not_committed("cannot lock the context", &e))?;
+        // The lock is held until this transaction ends. If this process is cut off in the
+        // middle of it (a partition, a machine that lost power), the server would only notice
+        // through TCP keepalive, hours later, and every writer of the context would wait all
+        // that time: the `set_config` above (this transaction only, no extra round trip) has
+        // the server end it after 10 s idle. The writer's transaction is never idle for more
+        // than the time it takes to send its next statement, so it costs nothing else; a
+        // transaction ended so is not committed, and its appends are answered so.
         let row = tx.query_one(&lock, &[&shared.context]).map_err(|e| not_committed("cannot lock the context", &e))?;
         let committed_head = row.get::<_, i64>(0) as u64;
         let last_recorded_at = row.get::<_, i64>(1) as u64;
