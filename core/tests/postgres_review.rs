@@ -926,3 +926,22 @@ fn conditions_find_the_first_match_near_and_far_from_after() {
         }
     }
 }
+
+/// A Postgres URL missing its `//` (`postgresql:/host/db`, `postgres:db`) has the scheme all the
+/// same: it is refused, naming the scheme, rather than opened as a directory called
+/// `postgresql:` (what the issue set out to end). A password in it is not shown.
+#[test]
+fn a_postgres_scheme_without_slashes_is_never_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in ["postgresql:/db?context=c", "postgres:db", "PostgreSQL:", "postgresql:u:secret@h/db"] {
+        let location = dir.path().join(url);
+        let err = Store::open(url, Options::default()).err().unwrap_or_else(|| panic!("{url} opened"));
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{url}: {err:?}");
+        assert!(err.message().contains("//"), "{url}: {}", err.message());
+        assert!(!err.message().contains("secret"), "{}", err.message());
+        assert!(!location.exists() && !std::path::Path::new(url.split('/').next().unwrap()).exists(), "{url} made a directory");
+    }
+    // A plain file name with a colon stays a path.
+    let store = Store::open(dir.path().join("backup:2026"), Options::default()).unwrap();
+    assert!(!store.is_postgres());
+}
