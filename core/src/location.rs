@@ -51,8 +51,9 @@ impl Location {
             Some(scheme) if scheme.eq_ignore_ascii_case("postgresql") || scheme.eq_ignore_ascii_case("postgres") => {
                 Ok(Location::Postgres(text.to_string()))
             }
+            // Named by its scheme only: the rest of a URL may hold a password.
             Some(scheme) => Err(Error::invalid(format!(
-                "location {text:?} has the URL scheme {scheme:?}; a store opens a path, a file: URL or a \
+                "location has the URL scheme {scheme:?}; a store opens a path, a file: URL or a \
                  postgresql:// URL"
             ))),
         }

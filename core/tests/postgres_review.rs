@@ -941,6 +941,10 @@ fn a_postgres_scheme_without_slashes_is_never_a_directory() {
         assert!(!err.message().contains("secret"), "{}", err.message());
         assert!(!location.exists() && !std::path::Path::new(url.split('/').next().unwrap()).exists(), "{url} made a directory");
     }
+    // Nor is a password shown when the scheme is unknown.
+    let err = Store::open("mysql://u:secret@h/db", Options::default()).err().expect("opened");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("\"mysql\"") && !err.message().contains("secret"), "{}", err.message());
     // A plain file name with a colon stays a path.
     let store = Store::open(dir.path().join("backup:2026"), Options::default()).unwrap();
     assert!(!store.is_postgres());
