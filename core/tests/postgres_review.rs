@@ -949,3 +949,23 @@ fn a_postgres_scheme_without_slashes_is_never_a_directory() {
     let store = Store::open(dir.path().join("backup:2026"), Options::default()).unwrap();
     assert!(!store.is_postgres());
 }
+
+/// When both clauses fail the boundary clause is reported (`Conflict`), as the embedded store
+/// does, also when the boundary match is an earlier append of the same group and the existence
+/// match is committed: the writer answered `AlreadyExists` then.
+#[test]
+fn a_boundary_match_in_the_group_is_reported_before_a_committed_existence_match() {
+    let Some(base) = database_url() else { return };
+    let (_, store) = open_fresh(&base, "order");
+    store.append(vec![event("Keyed", &["key:1"])], None).unwrap();
+    for round in 0..20 {
+        let head = store.head().unwrap();
+        let tag = format!("a:{round}");
+        let first = store.submit(vec![event("A", &[&tag])], None);
+        let condition = AppendCondition::new(Query::for_tags([tag.clone()])).after(head).fail_if_exists(Query::for_tags(["key:1"]));
+        let second = store.submit(vec![event("X", &["x"])], Some(condition));
+        let first = first.wait().unwrap();
+        let err = second.wait().expect_err("accepted");
+        assert_eq!((err.kind(), err.position()), (ErrorKind::Conflict, Some(first.first)), "round {round}: {err:?}");
+    }
+}

@@ -21,7 +21,7 @@ use postgres::{Client, Statement, Transaction};
 use super::sql::Condition;
 use super::{PgShared, pg_error};
 use crate::append::{AppendCondition, AppendResult};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventView;
 use crate::log::format::FRAME_LEN;
 use crate::options::Durability;
@@ -206,7 +206,19 @@ impl PgWriter {
                 }
             };
             if let Some(condition) = &append.condition {
-                if let Some(verdict) = committed_verdict.or_else(|| check_staged(condition, &staged)) {
+                let verdict = match committed_verdict {
+                    // Both clauses fail: the boundary clause is reported, as the contract orders
+                    // them, also when its match is an earlier append of this group.
+                    Some(Verdict::Refused(exists)) if exists.kind() == ErrorKind::AlreadyExists => {
+                        match check_staged(condition, &staged) {
+                            Some(Verdict::RefusedInGroup(c)) if c.kind() == ErrorKind::Conflict => Some(Verdict::RefusedInGroup(c)),
+                            _ => Some(Verdict::Refused(exists)),
+                        }
+                    }
+                    Some(verdict) => Some(verdict),
+                    None => check_staged(condition, &staged),
+                };
+                if let Some(verdict) = verdict {
                     verdicts.push(verdict);
                     continue;
                 }
