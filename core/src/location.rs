@@ -38,12 +38,22 @@ impl Location {
             return file_url_path(text, rest).map(Location::Embedded);
         }
         match url_scheme(text) {
+            // `postgresql:/host/db` or `postgres:db` is a Postgres URL missing its `//`, not a
+            // directory called `postgresql:` (the text is not repeated: it may hold a password).
+            None if ["postgresql:", "postgres:"].iter().any(|scheme| strip_scheme(text, scheme).is_some()) => {
+                let scheme = &text[..text.find(':').expect("starts with a scheme")];
+                Err(Error::invalid(format!(
+                    "location starts with the scheme {scheme:?} but not {scheme}://; a Postgres store is opened \
+                     by postgresql://user@host/database?context=NAME, and a directory of that name by ./{scheme}:..."
+                )))
+            }
             None => Ok(Location::Embedded(path.to_path_buf())),
             Some(scheme) if scheme.eq_ignore_ascii_case("postgresql") || scheme.eq_ignore_ascii_case("postgres") => {
                 Ok(Location::Postgres(text.to_string()))
             }
+            // Named by its scheme only: the rest of a URL may hold a password.
             Some(scheme) => Err(Error::invalid(format!(
-                "location {text:?} has the URL scheme {scheme:?}; a store opens a path, a file: URL or a \
+                "location has the URL scheme {scheme:?}; a store opens a path, a file: URL or a \
                  postgresql:// URL"
             ))),
         }

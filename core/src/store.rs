@@ -408,6 +408,13 @@ impl Store {
                 Ok(order) => orders.push(order),
                 Err(e) => return fail(e),
             }
+            // Refused here, not by the server: a statement error fails the writer's whole group.
+            #[cfg(feature = "postgres")]
+            if self.is_postgres() {
+                if let Err(e) = crate::postgres::check_storable(i, event) {
+                    return fail(e);
+                }
+            }
             total += FRAME_LEN + encoded_len(event);
         }
         let capacity = self.options.segment_size as usize - HEADER_LEN;

@@ -76,8 +76,9 @@ fn killing_the_server_loses_no_acknowledged_batch_and_leaves_no_partial_one() {
                             }
                             n += 1;
                         }
-                        // An earlier attempt whose outcome was unknown did commit.
-                        Err(e) if e.kind() == ErrorKind::AlreadyExists => n += 1,
+                        // An earlier attempt whose outcome was unknown did commit (the guard's
+                        // boundary clause names the same tag, and is reported first).
+                        Err(e) if matches!(e.kind(), ErrorKind::AlreadyExists | ErrorKind::Conflict) => n += 1,
                         Err(e) => {
                             assert_eq!(e.kind(), ErrorKind::Io, "{e}");
                             let mut tally = tally.lock().unwrap();
@@ -116,7 +117,9 @@ fn killing_the_server_loses_no_acknowledged_batch_and_leaves_no_partial_one() {
     Arc::try_unwrap(store).ok().expect("the threads are done").close().unwrap();
 
     let tally = tally.lock().unwrap();
-    assert!(tally.io_errors > 0, "the kill did not reach the writers");
+    // No assertion that the kill reached the writers as errors: a group whose commit was in
+    // flight waits for the server to come back and learns its outcome, and it may have held
+    // every writer's append.
     assert!(tally.after_restart > 0);
     let reopened = Store::open(&url, Options::default()).unwrap();
     let log = reopened.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();

@@ -44,6 +44,8 @@ const POOLED_CONNECTIONS: usize = 32;
 /// How often the head row is polled when no notification arrives (the fallback for poolers
 /// that drop `LISTEN`); `?poll_ms=` in the URL changes it.
 const DEFAULT_POLL: Duration = Duration::from_millis(500);
+/// How long a pooled connection that failed a read gets to show it is still alive.
+const STALE_CHECK: Duration = Duration::from_secs(5);
 
 /// How to reach the server: the driver's configuration and the TLS the URL asked for.
 pub(crate) struct Connector {
@@ -77,12 +79,13 @@ pub(crate) struct PgShared {
 }
 
 impl PgShared {
-    /// A connection for a read; give it back with [`PgShared::give_back`].
-    pub fn take(&self) -> Result<Client> {
+    /// A connection for a read, and whether it waited in the pool; give it back with
+    /// [`PgShared::give_back`].
+    pub fn take(&self) -> Result<(Client, bool)> {
         let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         match pooled {
-            Some(client) if !client.is_closed() => Ok(client),
-            _ => self.connector.connect(&self.redacted),
+            Some(client) if !client.is_closed() => Ok((client, true)),
+            _ => Ok((self.connector.connect(&self.redacted)?, false)),
         }
     }
 
@@ -96,10 +99,21 @@ impl PgShared {
         }
     }
 
-    /// Runs `work` on a pooled connection; a connection that failed is dropped, not pooled.
-    pub fn with_client<T>(&self, work: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
-        let mut client = self.take()?;
-        let outcome = work(&mut client);
+    /// Runs `work` (a read: safe to run twice) on a pooled connection; a connection that failed
+    /// is dropped, not pooled.
+    ///
+    /// A pooled connection the server closed while it was idle (a restart, a failover, a
+    /// pooler's idle timeout) only says so when used: then the pool is emptied, since its other
+    /// connections went the same way, and `work` runs once more on a new connection. Before,
+    /// each of up to `POOLED_CONNECTIONS` reads after a restart failed with `Io` in turn.
+    pub fn with_client<T>(&self, mut work: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
+        let (mut client, pooled) = self.take()?;
+        let mut outcome = work(&mut client);
+        if outcome.is_err() && pooled && client.is_valid(STALE_CHECK).is_err() {
+            self.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            client = self.connector.connect(&self.redacted)?;
+            outcome = work(&mut client);
+        }
         if outcome.is_ok() {
             self.give_back(client);
         }
@@ -289,17 +303,30 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     Ok(ParsedUrl { connector: Connector { config, tls }, redacted, context, poll })
 }
 
-/// `url` with the password of its user info replaced by `***`.
+/// `url` with its password replaced by `***`: the one in its user info, and a `password=`
+/// parameter (the driver takes either).
 fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let query = query.map(|query| {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| if pair.starts_with("password=") { "password=***".to_string() } else { pair.to_string() })
+            .collect();
+        format!("?{}", pairs.join("&"))
+    });
+    let query = query.unwrap_or_default();
+    let Some((scheme, rest)) = base.split_once("://") else { return format!("{base}{query}") };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
     match authority.rsplit_once('@') {
         Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}{query}"),
+            None => format!("{base}{query}"),
         },
-        None => url.to_string(),
+        None => format!("{base}{query}"),
     }
 }
 
@@ -312,6 +339,21 @@ pub(crate) fn pg_error(context: &str, err: &postgres::Error) -> Error {
         None => err.to_string(),
     };
     Error::io_message(format!("{context}: {detail}"), kind)
+}
+
+/// What PostgreSQL cannot store that the embedded log can: `text` holds no U+0000, so an event
+/// whose type or tag has one is refused (`InvalidArgument`) before it reaches the writer.
+pub(crate) fn check_storable(index: usize, event: &crate::event::Event) -> Result<()> {
+    let texts = std::iter::once(("type".to_string(), &event.event_type))
+        .chain(event.tags.iter().enumerate().map(|(t, tag)| (format!("tag {t}"), tag)));
+    for (what, text) in texts {
+        if text.contains('\0') {
+            return Err(Error::invalid(format!(
+                "event {index}: {what} is {text:?}, which holds U+0000; a PostgreSQL store cannot hold it in text"
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn newer_schema(redacted: &str, context: &str, found: i32) -> Error {
@@ -332,6 +374,8 @@ mod tests {
     fn urls_are_checked_and_redacted() {
         assert_eq!(redact("postgresql://u:secret@h:5/db?context=c"), "postgresql://u:***@h:5/db?context=c");
         assert_eq!(redact("postgresql://u@h/db"), "postgresql://u@h/db");
+        assert_eq!(redact("postgresql://h/db?password=pw&context=c"), "postgresql://h/db?password=***&context=c");
+        assert_eq!(redact("postgresql://u:a@h/db?x=1&password=b"), "postgresql://u:***@h/db?x=1&password=***");
         let parsed = parse_url("postgresql://u:pw@localhost:5432/db?context=courses&poll_ms=20").unwrap();
         assert_eq!(parsed.context, "courses");
         assert_eq!(parsed.poll, Duration::from_millis(20));

@@ -89,8 +89,18 @@ pub fn head(client: &mut Client, context: &str, redacted: &str) -> Result<u64> {
 }
 
 /// A query as a boolean SQL expression over the events table, with its parameters. An item is
-/// `type = ANY($types)` (when it has types) and `tags @> $tags` (when it has tags; answered by
-/// the GIN index); items are OR-ed.
+/// `type = ANY(<its types>)` (when it has types) and `tags @> <its tags>` (when it has tags;
+/// answered by the GIN index); items are OR-ed.
+///
+/// Every item's types are one slice of a single `text[]` parameter and its tags one slice of
+/// another (`($n::text[])[3:5]`, folded to a constant when the statement is planned, so the
+/// indexes still answer it), rather than a parameter per item: a statement holds at most 65535
+/// parameters, and the writer checks up to 256 conditions in one statement, so queries of a
+/// few hundred items used to overflow it and fail every append of their group.
+///
+/// PostgreSQL's `text` cannot hold U+0000 (an event holding one is refused before it is
+/// queued), so a value with one matches no stored event: an item naming such a tag is left out,
+/// and so is such a type; sending it would fail the whole statement, and with it the group.
 pub struct Condition {
     pub sql: String,
     /// Every parameter is a list of strings (`text[]`); plain values keep `ReadResult` `Send`.
@@ -101,20 +111,53 @@ impl Condition {
     /// `first_param` is the number of the first `$n` this expression may use.
     pub fn of(query: &Query, first_param: usize) -> Condition {
         let Query::Items(items) = query else { return Condition { sql: "true".into(), params: Vec::new() } };
-        let mut params: Vec<Vec<String>> = Vec::new();
-        let mut alternatives = Vec::with_capacity(items.len());
+        let storable = |value: &String| !value.contains('\0');
+        let mut all_types: Vec<String> = Vec::new();
+        let mut all_tags: Vec<String> = Vec::new();
+        // (slice of the types, slice of the tags), 1-based and inclusive as SQL slices are.
+        let mut kept = Vec::with_capacity(items.len());
         for item in items {
-            let mut parts = Vec::new();
-            if !item.types.is_empty() {
-                params.push(item.types.clone());
-                parts.push(format!("type = ANY(${})", first_param + params.len() - 1));
+            let types: Vec<&String> = item.types.iter().filter(|t| storable(t)).collect();
+            if !item.tags.iter().all(storable) || (!item.types.is_empty() && types.is_empty()) {
+                continue;
             }
-            if !item.tags.is_empty() {
-                params.push(item.tags.clone());
-                parts.push(format!("tags @> ${}::text[]", first_param + params.len() - 1));
-            }
-            alternatives.push(format!("({})", parts.join(" AND ")));
+            let type_slice = (!types.is_empty()).then(|| {
+                let first = all_types.len() + 1;
+                all_types.extend(types.into_iter().cloned());
+                (first, all_types.len())
+            });
+            let tag_slice = (!item.tags.is_empty()).then(|| {
+                let first = all_tags.len() + 1;
+                all_tags.extend(item.tags.iter().cloned());
+                (first, all_tags.len())
+            });
+            kept.push((type_slice, tag_slice));
         }
+        if kept.is_empty() {
+            return Condition { sql: "false".into(), params: Vec::new() };
+        }
+        let mut params = Vec::new();
+        let types_param = (!all_types.is_empty()).then(|| {
+            params.push(all_types);
+            first_param + params.len() - 1
+        });
+        let tags_param = (!all_tags.is_empty()).then(|| {
+            params.push(all_tags);
+            first_param + params.len() - 1
+        });
+        let alternatives: Vec<String> = kept
+            .into_iter()
+            .map(|(type_slice, tag_slice)| {
+                let mut parts = Vec::new();
+                if let (Some((a, b)), Some(n)) = (type_slice, types_param) {
+                    parts.push(format!("type = ANY((${n}::text[])[{a}:{b}])"));
+                }
+                if let (Some((a, b)), Some(n)) = (tag_slice, tags_param) {
+                    parts.push(format!("tags @> (${n}::text[])[{a}:{b}]"));
+                }
+                format!("({})", parts.join(" AND "))
+            })
+            .collect();
         Condition { sql: format!("({})", alternatives.join(" OR ")), params }
     }
 }
