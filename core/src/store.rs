@@ -21,6 +21,8 @@ use crate::position::Position;
 use crate::query::Query;
 use crate::read::{Published, ReadOptions, ReadResult};
 use crate::subscribe::Subscription;
+use crate::inspect::SegmentInfo;
+use crate::stats::Stats;
 use crate::writer::reply::PendingAppend;
 use crate::writer::condition::{PreChecked, pre_check};
 use crate::writer::{AppendRequest, Command, Writer};
@@ -222,6 +224,36 @@ impl Store {
         segments.iter().filter(|segment| matches!(**segment.index.load(), crate::index::SegmentIndex::Tail(_))).count()
     }
 
+    /// How this handle is doing: head, what it appended, group commits, fsync latency, queue
+    /// depth, segments, index bytes, open subscriptions, and for a follower its lag (see
+    /// [`Stats`]). Cheap: a few atomic loads, a histogram of fixed size and one listing of the
+    /// directory; a follower also runs the recovery rule over what was committed after the
+    /// point it last accepted.
+    pub fn stats(&self) -> Result<Stats> {
+        self.ensure_open()?;
+        crate::inspect::stats(&self.published, &self.path, self.is_read_only())
+    }
+
+    /// The segment files of the log, in position order, as this handle sees them.
+    pub fn segments(&self) -> Result<Vec<SegmentInfo>> {
+        self.ensure_open()?;
+        crate::inspect::segments(&self.published)
+    }
+
+    /// Every event type with how many events have it, sorted by name: from the indexes (their
+    /// type columns), never from the log.
+    pub fn types(&self) -> Result<Vec<(String, u64)>> {
+        self.ensure_open()?;
+        crate::inspect::types(&self.published)
+    }
+
+    /// Every tag that starts with `prefix` (`""` for all) with how many events carry it,
+    /// sorted by name: from the indexes' tag dictionaries and postings, never from the log.
+    pub fn tags(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.ensure_open()?;
+        crate::inspect::tags(&self.published, prefix)
+    }
+
     /// What recovery found when this handle opened the store.
     pub fn recovery(&self) -> &RecoveryReport {
         &self.recovery
@@ -271,6 +303,7 @@ impl Store {
         };
         // A send after the writer stopped drops the request, whose reply answers `Closed`.
         if let Some(queue) = &self.queue {
+            self.published.counters.enqueued();
             let _ = queue.send(Command::Append(request));
         }
         pending
