@@ -464,8 +464,12 @@ fn verify(dir: &Path, as_json: bool) -> Outcome<i32> {
         match &report.fault {
             None => writeln!(
                 out,
-                "intact: {} segments, {} events, {} index files checked",
-                report.segments, report.events, report.index_files
+                "intact: {} segment{}, {} events, {} index file{} checked",
+                report.segments,
+                if report.segments == 1 { "" } else { "s" },
+                report.events,
+                report.index_files,
+                if report.index_files == 1 { "" } else { "s" },
             )?,
             Some(fault) => writeln!(
                 out,
