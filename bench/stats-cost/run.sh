@@ -23,7 +23,7 @@ git -C "$ROOT" archive "$BASE" core Cargo.toml Cargo.lock | tar -x -C "$WORK/wit
 sed -i 's/^members = .*/members = ["core"]/' "$WORK/without/Cargo.toml"
 mkdir -p "$WORK/without/bench/stats-cost"
 cp -r "$ROOT/bench/stats-cost/src" "$WORK/without/bench/stats-cost/"
-cp "$ROOT/bench/stats-cost/Cargo.toml" "$WORK/without/bench/stats-cost/Cargo.toml"
+cp "$ROOT/bench/stats-cost/Cargo.toml" "$ROOT/bench/stats-cost/Cargo.lock" "$WORK/without/bench/stats-cost/"
 
 echo "building with the counters (this checkout) and without ($BASE)" >&2
 cargo build -q --release --manifest-path "$ROOT/bench/stats-cost/Cargo.toml" --target-dir "$WORK/target-with"
