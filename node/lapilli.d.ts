@@ -64,6 +64,39 @@ export interface AppendResult {
   last: number
 }
 
+/** What `Store.stats()` returns. Counters count what this handle did since it was opened (a
+ * follower appends nothing: its write counters are 0). */
+export interface Stats {
+  /** The last committed position this handle sees. */
+  head: number
+  eventsAppended: number
+  /** Log bytes (records and commit markers) this handle wrote. */
+  bytesAppended: number
+  /** Group commits: one write, and with fsync durability one fsync, each. */
+  groupCommits: number
+  eventsPerCommitMean: number
+  eventsPerCommitMax: number
+  /** fsyncs measured by the latency histogram (0 with buffered durability). */
+  fsyncs: number
+  /** Upper bound of the histogram bucket holding the median (buckets at most 12.5 % wide). */
+  fsyncP50Micros: number
+  fsyncP99Micros: number
+  /** The slowest fsync, exact. */
+  fsyncMaxMicros: number
+  /** Appends handed to the writer and not yet taken into a group, now and at most. */
+  queueDepth: number
+  queueDepthMax: number
+  segments: number
+  /** Bytes of the index files in the store directory. */
+  indexBytes: number
+  /** Subscriptions of this handle that are not closed. */
+  subscriptions: number
+  /** For a read-only handle: events committed it has not published yet; null otherwise. */
+  followerLagPositions: number | null
+  /** For a read-only handle: how long ago the first of them was committed; null otherwise. */
+  followerLagMillis: number | null
+}
+
 export interface OpenOptions {
   /** "fsync" (default): on disk before an append resolves. "buffered": tests, throwaway data. */
   durability?: 'fsync' | 'buffered'
@@ -167,6 +200,9 @@ export declare class Store implements AsyncDisposable {
   static openReadOnly(path: string): Promise<Store>
   /** The last committed position (0 for an empty store). */
   head(): number
+  /** How this handle is doing: head, what it appended since it was opened, group commits,
+   * fsync latency, queue depth, segments, index bytes, open subscriptions, follower lag. */
+  stats(): Stats
   /** Appends atomically if `condition` holds; queued when called, resolves once committed. */
   append(events: readonly EventInput[], condition?: AppendCondition | null): Promise<AppendResult>
   /** A snapshot read of the matching events in `(after, until]`. */

@@ -690,6 +690,13 @@ class Store {
     return call(() => this.#native.head())
   }
 
+  /** How this handle is doing (see `Stats` in lapilli.d.ts); synchronous, like `head()`. */
+  stats() {
+    const s = call(() => this.#native.stats())
+    // The native object leaves optional fields out; a Stats always has both lag fields.
+    return { ...s, followerLagPositions: s.followerLagPositions ?? null, followerLagMillis: s.followerLagMillis ?? null }
+  }
+
   /**
    * Appends `events` atomically at consecutive positions if `condition` holds. The append is
    * queued when called (so appends commit in call order) and resolves once committed; a burst

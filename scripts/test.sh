@@ -30,6 +30,9 @@ for target in recovery event index_file; do
   grep -E "^Done [0-9]+ runs" "target/fuzz-$target.log" | sed "s/^/fuzz $target: /"
 done
 
+echo "== CLI: the lapilli command line on real stores; its exports read by pyarrow and DuckDB"
+bash tests/cli/run.sh
+
 echo "== Node.js: the lapilli npm package"
 bash node/scripts/test.sh
 

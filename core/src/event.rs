@@ -81,33 +81,47 @@ pub(crate) fn check_text(what: &dyn std::fmt::Display, value: &str, max: usize) 
 /// Validates `event` (the `index`th of its append) and returns its tags as sorted indices, so
 /// encoding need not sort again.
 pub(crate) fn validate_event(index: usize, event: &Event, max_event_bytes: usize) -> Result<Vec<usize>> {
-    check_text(&format_args!("event {index}: type"), &event.event_type, MAX_TYPE_BYTES)?;
+    validate_named(&format_args!("event {index}"), event, max_event_bytes)
+}
+
+/// [`validate_event`] with the event named `what` in messages.
+fn validate_named(what: &dyn std::fmt::Display, event: &Event, max_event_bytes: usize) -> Result<Vec<usize>> {
+    check_text(&format_args!("{what}: type"), &event.event_type, MAX_TYPE_BYTES)?;
     if event.tags.len() > MAX_TAGS {
         return Err(Error::invalid(format!(
-            "event {index} has {} tags; the limit is {MAX_TAGS}",
+            "{what} has {} tags; the limit is {MAX_TAGS}",
             event.tags.len()
         )));
     }
     for (t, tag) in event.tags.iter().enumerate() {
-        check_text(&format_args!("event {index}: tag {t}"), tag, MAX_TAG_BYTES)?;
+        check_text(&format_args!("{what}: tag {t}"), tag, MAX_TAG_BYTES)?;
     }
     let mut order: Vec<usize> = (0..event.tags.len()).collect();
     order.sort_unstable_by(|&a, &b| event.tags[a].as_bytes().cmp(event.tags[b].as_bytes()));
     for pair in order.windows(2) {
         if event.tags[pair[0]] == event.tags[pair[1]] {
             return Err(Error::invalid(format!(
-                "event {index}: duplicate tag {:?}",
+                "{what}: duplicate tag {:?}",
                 event.tags[pair[0]]
             )));
         }
     }
     if event.data.len() > max_event_bytes {
         return Err(Error::invalid(format!(
-            "event {index}: data is {} bytes; max_event_bytes is {max_event_bytes}",
+            "{what}: data is {} bytes; max_event_bytes is {max_event_bytes}",
             event.data.len()
         )));
     }
     Ok(order)
+}
+
+impl Event {
+    /// Checks this event as an append would (type and tag bounds, duplicate tags, data size
+    /// against `max_event_bytes`), naming it `what` in the message: for callers that validate
+    /// a whole input before appending any of it (the command line's `import`).
+    pub fn validate(&self, what: &str, max_event_bytes: usize) -> Result<()> {
+        validate_named(&what, self, max_event_bytes).map(|_| ())
+    }
 }
 
 /// Size of the encoded payload of `event`.

@@ -105,6 +105,7 @@ impl Follower {
             follower.active = follower.open_segment(base)?;
         }
         follower.advance()?;
+        follower.share_point();
         report.segments = follower.published.segments.load().len();
         report.head = Position(follower.published.head());
         if let Some(active) = &follower.active {
@@ -115,6 +116,12 @@ impl Follower {
             }
         }
         Ok((follower, report))
+    }
+
+    /// Stores where this follower stands for `Store::stats`, which measures the lag from it.
+    pub(crate) fn share_point(&self) {
+        let point = self.active.as_ref().map(|active| (active.entry.clone(), active.point));
+        *self.published.follow_point.lock().unwrap_or_else(|p| p.into_inner()) = point;
     }
 
     /// Maps the segment based at `base` if it exists with a valid header, and publishes it
@@ -279,7 +286,10 @@ impl Follower {
         let mut failing_since: Option<std::time::Instant> = None;
         while !self.published.closed.load(Ordering::Acquire) {
             match self.advance() {
-                Ok(()) => failing_since = None,
+                Ok(()) => {
+                    failing_since = None;
+                    self.share_point();
+                }
                 Err(e)
                     if e.kind() == ErrorKind::Corruption
                         || e.io_kind() == Some(io::ErrorKind::PermissionDenied)

@@ -19,6 +19,7 @@ mod event;
 #[doc(hidden)]
 pub mod fault;
 mod follow;
+mod inspect;
 #[doc(hidden)]
 pub mod fuzzing;
 mod open;
@@ -29,6 +30,7 @@ pub mod log;
 mod position;
 mod query;
 mod read;
+mod stats;
 mod store;
 mod subscribe;
 mod writer;
@@ -47,6 +49,8 @@ pub use options::{
     MIN_SEGMENT_SIZE, Options,
 };
 pub use store::Store;
+pub use stats::Stats;
+pub use inspect::{Fault, INDEX_FILE_FORMAT_VERSION, IndexState, SEGMENT_FORMAT_VERSION, SegmentInfo, VerifyReport, verify};
 pub use subscribe::{Next, Subscription};
 pub use writer::reply::PendingAppend;
 

@@ -153,16 +153,16 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 }
 
 /// A store directory's files, from one listing.
-struct StoreFiles {
+pub(crate) struct StoreFiles {
     /// Segments by base, in position order.
-    segments: Vec<(u64, PathBuf)>,
+    pub segments: Vec<(u64, PathBuf)>,
     /// Temporary index files: a crash while an index file was written leaves one behind.
-    temporaries: Vec<PathBuf>,
+    pub temporaries: Vec<PathBuf>,
     /// Part index files by the base of their segment, each list in position order.
-    parts: BTreeMap<u64, Vec<(u64, PathBuf)>>,
+    pub parts: BTreeMap<u64, Vec<(u64, PathBuf)>>,
 }
 
-fn list_store(dir: &Path) -> Result<StoreFiles> {
+pub(crate) fn list_store(dir: &Path) -> Result<StoreFiles> {
     let mut found = StoreFiles { segments: Vec::new(), temporaries: Vec::new(), parts: BTreeMap::new() };
     let entries = fs::read_dir(dir).map_err(|e| cannot_read(dir, &e))?;
     for entry in entries {

@@ -22,6 +22,8 @@ use crate::position::Position;
 use crate::query::Query;
 use crate::read::{Published, ReadOptions, ReadResult};
 use crate::subscribe::{Source, Subscription};
+use crate::inspect::SegmentInfo;
+use crate::stats::Stats;
 use crate::writer::reply::PendingAppend;
 use crate::writer::condition::{PreChecked, pre_check};
 use crate::writer::{AppendRequest, Command, Writer};
@@ -293,6 +295,54 @@ impl Store {
         segments.iter().filter(|segment| matches!(**segment.index.load(), crate::index::SegmentIndex::Tail(_))).count()
     }
 
+    /// How this handle is doing: head, what it appended, group commits, fsync latency, queue
+    /// depth, segments, index bytes, open subscriptions, and for a follower its lag (see
+    /// [`Stats`]). Cheap: a few atomic loads, a histogram of fixed size and one listing of the
+    /// directory; a follower also runs the recovery rule over what was committed after the
+    /// point it last accepted.
+    pub fn stats(&self) -> Result<Stats> {
+        self.ensure_open()?;
+        if self.is_postgres() {
+            // No segments nor index files of ours (0 both); the fsync figures are the COMMIT's
+            // round trip; no follower lag (a read-only handle reads the server directly).
+            self.head()?;
+            return crate::inspect::stats(&self.published, &self.path, false);
+        }
+        crate::inspect::stats(&self.published, &self.path, self.is_read_only())
+    }
+
+    /// The index vocabulary and segment listing are the embedded store's files; a PostgreSQL
+    /// store answers `InvalidArgument` for them (not yet built for that backend).
+    fn ensure_embedded(&self, what: &str) -> Result<()> {
+        if self.is_postgres() {
+            return Err(Error::invalid(format!("{what} is not available on a PostgreSQL store ({}); it lists an embedded store's files", self.path.display())));
+        }
+        Ok(())
+    }
+
+    /// The segment files of the log, in position order, as this handle sees them.
+    pub fn segments(&self) -> Result<Vec<SegmentInfo>> {
+        self.ensure_open()?;
+        self.ensure_embedded("segments()")?;
+        crate::inspect::segments(&self.published)
+    }
+
+    /// Every event type with how many events have it, sorted by name: from the indexes (their
+    /// type columns), never from the log.
+    pub fn types(&self) -> Result<Vec<(String, u64)>> {
+        self.ensure_open()?;
+        self.ensure_embedded("types()")?;
+        crate::inspect::types(&self.published)
+    }
+
+    /// Every tag that starts with `prefix` (`""` for all) with how many events carry it,
+    /// sorted by name: from the indexes' tag dictionaries and postings, never from the log.
+    pub fn tags(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.ensure_open()?;
+        self.ensure_embedded("tags()")?;
+        crate::inspect::tags(&self.published, prefix)
+    }
+
     /// What recovery found when this handle opened the store.
     pub fn recovery(&self) -> &RecoveryReport {
         &self.recovery
@@ -356,6 +406,7 @@ impl Store {
         };
         // A send after the writer stopped drops the request, whose reply answers `Closed`.
         if let Some(queue) = &self.queue {
+            self.published.counters.enqueued();
             let _ = queue.send(Command::Append(request));
         }
         pending

@@ -343,3 +343,31 @@ fn stale_and_recent_boundaries_in_one_group() {
     let c_at: u64 = outcomes[4][3..].parse().unwrap();
     assert_eq!(outcomes[5], format!("Conflict {c_at}"));
 }
+
+/// `stats()` on a Postgres store counts what this handle appended (the `fsync` figures are the
+/// COMMIT's round trip); the segment listing and the index vocabulary are embedded-only and say so.
+#[test]
+fn stats_count_a_postgres_handles_appends_and_file_listings_are_refused() {
+    let Some(base) = database_url() else { return };
+    let url = context_url(&base, &fresh_context("stats"));
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(vec![Event::new("A", ["k:1"], b"12345".to_vec()), Event::new("B", ["k:2"], vec![])], None).unwrap();
+    store.append(vec![Event::new("A", ["k:1"], vec![])], None).unwrap();
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.head, 3);
+    assert_eq!(stats.events_appended, 3);
+    assert_eq!(stats.bytes_appended, (1 + 3 + 5) + (1 + 3) + (1 + 3));
+    assert_eq!(stats.group_commits, 2);
+    assert_eq!(stats.fsyncs, 2);
+    assert!(stats.fsync_max_micros > 0);
+    assert_eq!(stats.queue_depth, 0);
+    assert_eq!((stats.segments, stats.index_bytes), (0, 0));
+    assert_eq!(stats.follower_lag_positions, None);
+    for err in [store.types().err(), store.tags("").err(), store.segments().err()] {
+        let err = err.expect("a file listing answered on Postgres");
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("PostgreSQL"), "{}", err.message());
+    }
+    store.close().unwrap();
+    assert_eq!(store.stats().err().map(|e| e.kind()), Some(ErrorKind::Closed));
+}

@@ -76,6 +76,28 @@ pub struct FfiOptions {
     pub max_event_bytes: u64,
 }
 
+/// `Store.stats()` (the Kotlin layer maps it to `dev.lapilli.Stats`).
+#[derive(uniffi::Record)]
+pub struct FfiStats {
+    pub head: u64,
+    pub events_appended: u64,
+    pub bytes_appended: u64,
+    pub group_commits: u64,
+    pub events_per_commit_mean: f64,
+    pub events_per_commit_max: u64,
+    pub fsyncs: u64,
+    pub fsync_p50_micros: u64,
+    pub fsync_p99_micros: u64,
+    pub fsync_max_micros: u64,
+    pub queue_depth: u64,
+    pub queue_depth_max: u64,
+    pub segments: u64,
+    pub index_bytes: u64,
+    pub subscriptions: u64,
+    pub follower_lag_positions: Option<u64>,
+    pub follower_lag_millis: Option<u64>,
+}
+
 #[derive(uniffi::Record)]
 pub struct FfiQueryItem {
     pub types: Vec<String>,
@@ -404,6 +426,29 @@ impl FfiStore {
 
     pub fn head(&self) -> FfiResult<u64> {
         Ok(self.inner.head()?.get())
+    }
+
+    pub fn stats(&self) -> FfiResult<FfiStats> {
+        let s = self.inner.stats()?;
+        Ok(FfiStats {
+            head: s.head,
+            events_appended: s.events_appended,
+            bytes_appended: s.bytes_appended,
+            group_commits: s.group_commits,
+            events_per_commit_mean: s.events_per_commit_mean,
+            events_per_commit_max: s.events_per_commit_max,
+            fsyncs: s.fsyncs,
+            fsync_p50_micros: s.fsync_p50_micros,
+            fsync_p99_micros: s.fsync_p99_micros,
+            fsync_max_micros: s.fsync_max_micros,
+            queue_depth: s.queue_depth,
+            queue_depth_max: s.queue_depth_max,
+            segments: s.segments,
+            index_bytes: s.index_bytes,
+            subscriptions: s.subscriptions,
+            follower_lag_positions: s.follower_lag_positions,
+            follower_lag_millis: s.follower_lag_millis,
+        })
     }
 
     /// Appends the packed request at `address` (see the layout above) and blocks until it is

@@ -366,6 +366,61 @@ pub struct AppendFailure {
     pub message: String,
 }
 
+/// `Store.stats()`: counters as JS numbers (exact below 2^53; byte and event counters of one
+/// handle stay far below that).
+#[napi(object)]
+pub struct NativeStats {
+    pub head: f64,
+    pub events_appended: f64,
+    pub bytes_appended: f64,
+    pub group_commits: f64,
+    pub events_per_commit_mean: f64,
+    pub events_per_commit_max: f64,
+    pub fsyncs: f64,
+    pub fsync_p50_micros: f64,
+    pub fsync_p99_micros: f64,
+    pub fsync_max_micros: f64,
+    pub queue_depth: f64,
+    pub queue_depth_max: f64,
+    pub segments: f64,
+    pub index_bytes: f64,
+    pub subscriptions: f64,
+    pub follower_lag_positions: Option<f64>,
+    pub follower_lag_millis: Option<f64>,
+}
+
+impl From<core::Stats> for NativeStats {
+    fn from(s: core::Stats) -> Self {
+        NativeStats {
+            head: s.head as f64,
+            events_appended: s.events_appended as f64,
+            bytes_appended: s.bytes_appended as f64,
+            group_commits: s.group_commits as f64,
+            events_per_commit_mean: s.events_per_commit_mean,
+            events_per_commit_max: s.events_per_commit_max as f64,
+            fsyncs: s.fsyncs as f64,
+            fsync_p50_micros: s.fsync_p50_micros as f64,
+            fsync_p99_micros: s.fsync_p99_micros as f64,
+            fsync_max_micros: s.fsync_max_micros as f64,
+            queue_depth: s.queue_depth as f64,
+            queue_depth_max: s.queue_depth_max as f64,
+            segments: s.segments as f64,
+            index_bytes: s.index_bytes as f64,
+            subscriptions: s.subscriptions as f64,
+            follower_lag_positions: s.follower_lag_positions.map(|n| n as f64),
+            follower_lag_millis: s.follower_lag_millis.map(|n| n as f64),
+        }
+    }
+}
+
+/// Runs the `lapilli` command line with `argv` (the program name first) and returns its exit
+/// status: what `npx lapilli` (bin/lapilli.js) calls. It blocks the calling thread, which in
+/// that process has nothing else to do; it writes to the process's stdout and stderr directly.
+#[napi]
+pub fn cli_main(argv: Vec<String>) -> i32 {
+    lapilli_cli::run(argv)
+}
+
 #[napi]
 pub struct NativeStore {
     inner: Arc<core::Store>,
@@ -385,6 +440,13 @@ impl NativeStore {
     #[napi]
     pub fn head(&self) -> Result<f64> {
         position_out(self.inner.head().map_err(to_js_error)?)
+    }
+
+    /// Synchronous, like `head()`: a few atomic loads and one listing of the store directory
+    /// (and for a follower, a scan of what was committed since its last poll, 5 ms at most).
+    #[napi]
+    pub fn stats(&self) -> Result<NativeStats> {
+        self.inner.stats().map(NativeStats::from).map_err(to_js_error)
     }
 
     /// Queues the append behind every earlier call (so appends commit in call order) and

@@ -40,6 +40,14 @@ fn _panic_for_test(py: Python<'_>, site: &str) -> PyResult<()> {
     }
 }
 
+/// Runs the `lapilli` command line with `argv` (the program name first) in this process, with
+/// the interpreter released, and returns its exit status. What `python -m lapilli` and the
+/// `lapilli` script call (`lapilli/_cli.py`).
+#[pyfunction]
+fn _cli_main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> PyResult<i32> {
+    blocking::detached(py, move || Ok(lapilli_cli::run(argv)))
+}
+
 #[pymodule(gil_used = false)]
 fn _lapilli(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -57,6 +65,7 @@ fn _lapilli(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Set as plain attributes, not `add_function`: that would list them in `__all__`.
     m.as_any().setattr("_set_arrow_batch_bytes", wrap_pyfunction!(_set_arrow_batch_bytes, m)?)?;
     m.as_any().setattr("_panic_for_test", wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.as_any().setattr("_cli_main", wrap_pyfunction!(_cli_main, m)?)?;
     errors::classes(py).register(py, m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -168,6 +168,34 @@ impl Store {
         guard(|| self.inner.head().map(|p| p.get()).map_err(crate::errors::to_py))
     }
 
+    /// How this handle is doing, as a dict (`lapilli.Stats`): head, what it appended since it
+    /// was opened, group commits, events per commit, fsync latency, queue depth, segments,
+    /// index bytes, open subscriptions, and for a follower its lag.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let store = &self.inner;
+        // Lists the store directory (index bytes), and a follower scans for its lag: off the GIL.
+        let s = detached(py, move || store.stats())?;
+        let stats = pyo3::types::PyDict::new(py);
+        stats.set_item("head", s.head)?;
+        stats.set_item("events_appended", s.events_appended)?;
+        stats.set_item("bytes_appended", s.bytes_appended)?;
+        stats.set_item("group_commits", s.group_commits)?;
+        stats.set_item("events_per_commit_mean", s.events_per_commit_mean)?;
+        stats.set_item("events_per_commit_max", s.events_per_commit_max)?;
+        stats.set_item("fsyncs", s.fsyncs)?;
+        stats.set_item("fsync_p50_micros", s.fsync_p50_micros)?;
+        stats.set_item("fsync_p99_micros", s.fsync_p99_micros)?;
+        stats.set_item("fsync_max_micros", s.fsync_max_micros)?;
+        stats.set_item("queue_depth", s.queue_depth)?;
+        stats.set_item("queue_depth_max", s.queue_depth_max)?;
+        stats.set_item("segments", s.segments)?;
+        stats.set_item("index_bytes", s.index_bytes)?;
+        stats.set_item("subscriptions", s.subscriptions)?;
+        stats.set_item("follower_lag_positions", s.follower_lag_positions)?;
+        stats.set_item("follower_lag_millis", s.follower_lag_millis)?;
+        Ok(stats)
+    }
+
     /// Appends `events` atomically at consecutive positions if `condition` holds, and returns
     /// once they are committed. Raises `ConflictError` / `AlreadyExistsError` when the condition
     /// fails (nothing is written).

@@ -45,3 +45,6 @@ def test_the_notebook_reads_a_live_store_through_a_follower(tmp_path, append_for
     assert "Step" in summary, summary
     figures = [o for o in _outputs(notebook, "display_data") if "image/png" in o["data"]]
     assert figures, "the notebook drew its plot"
+    # `lapilli export` to Parquet, queried by DuckDB: the same types as to_pandas() saw.
+    in_duckdb = notebook.cells[-2].outputs[0]["data"]["text/plain"]
+    assert "Step" in in_duckdb and "latest" in in_duckdb, in_duckdb

@@ -645,6 +645,15 @@ impl IndexFile {
         rebuilt.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))
     }
 
+    /// Loads the file again and verifies it, never rebuilding (unlike [`IndexFile::verified`],
+    /// which answers from a rebuilt index when the file is damaged): for `verify`, which must
+    /// report the damage.
+    pub fn verify_file(&self) -> Result<VerifiedIndex> {
+        let bytes = FileBytes::load_sealed(&self.path)?;
+        self.verify(Arc::new(bytes))
+            .map_err(|e| Error::new(e.kind(), format!("index {}: {}", self.path.display(), e.message())))
+    }
+
     /// The byte of its log where its events start.
     pub fn log_start(&self) -> usize {
         self.log_start
@@ -836,6 +845,20 @@ impl VerifiedIndex {
         use fst::Streamer;
         let mut stream = self.fst.stream();
         while let Some((tag, value)) = stream.next() {
+            visit(tag, self.postings_of_value(value, tag)?);
+        }
+        Ok(())
+    }
+
+    /// Every tag starting with `prefix`, with its postings, in byte order: a range of the
+    /// dictionary, not all of it.
+    pub fn each_tag_with_prefix(&self, prefix: &str, mut visit: impl FnMut(&[u8], Postings)) -> Result<()> {
+        use fst::{IntoStreamer, Streamer};
+        let mut stream = self.fst.range().ge(prefix.as_bytes()).into_stream();
+        while let Some((tag, value)) = stream.next() {
+            if !tag.starts_with(prefix.as_bytes()) {
+                break;
+            }
             visit(tag, self.postings_of_value(value, tag)?);
         }
         Ok(())

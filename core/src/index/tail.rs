@@ -118,6 +118,34 @@ impl TailIndex {
         self.offsets.get(rel as usize)
     }
 
+    /// Every type indexed so far with its segment-local id.
+    pub fn type_names(&self) -> Vec<(String, u32)> {
+        self.type_ids.pin().iter().map(|(name, &id)| (name.to_string(), id)).collect()
+    }
+
+    /// Every tag indexed so far with how many of its events are at or below `last` (the
+    /// reader's head, relative to the segment), unordered.
+    pub fn tag_counts_up_to(&self, last: u32, prefix: &str) -> Vec<(String, u64)> {
+        let tags = self.tags.pin();
+        let mut out = Vec::new();
+        for (tag, postings) in tags.iter() {
+            if !tag.starts_with(prefix) {
+                continue;
+            }
+            let count = postings.count.load(Ordering::Acquire) as usize;
+            let visible = if count == 1 {
+                (postings.first <= last) as u64
+            } else {
+                let all = postings.all.load_full().expect("a tag seen twice has its array");
+                all[..count].partition_point(|rel| rel.load(Ordering::Relaxed) <= last) as u64
+            };
+            if visible > 0 {
+                out.push((tag.to_string(), visible));
+            }
+        }
+        out
+    }
+
     pub fn type_id(&self, name: &str) -> Option<u32> {
         self.type_ids.pin().get(name).copied()
     }

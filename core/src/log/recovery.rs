@@ -44,8 +44,10 @@ pub struct TornTail {
 pub enum Stop {
     /// Zero bytes or the end of the buffer.
     Clean,
-    /// Bytes that do not form a committed batch; see [`TornTail`].
-    Torn { positions: Option<(Position, Position)>, reason: String },
+    /// Bytes that do not form a committed batch; see [`TornTail`]. `record` is the byte where
+    /// the record that failed starts (after any records of the run that validated), for
+    /// `verify`'s report.
+    Torn { positions: Option<(Position, Position)>, reason: String, record: usize },
 }
 
 /// What a scan found: the committed prefix, and after it a [`Tail`] (measured, from
@@ -70,7 +72,7 @@ impl Scan<Stop> {
     pub fn measure(self, bytes: &[u8]) -> Scan {
         let tail = match self.tail {
             Stop::Clean => Tail::Clean,
-            Stop::Torn { positions, reason } => Tail::Torn(TornTail {
+            Stop::Torn { positions, reason, .. } => Tail::Torn(TornTail {
                 offset: self.end.offset,
                 bytes: torn_extent(bytes, self.end.offset),
                 positions,
@@ -161,7 +163,7 @@ pub fn scan_committed(bytes: &[u8], start: ScanPoint) -> Scan<Stop> {
                 Position(committed.next_position + pending.len() as u64 - 1),
             )
         });
-        Stop::Torn { positions, reason: torn_reason }
+        Stop::Torn { positions, reason: torn_reason, record: offset }
     };
     Scan { event_offsets, end: committed, last_recorded_at, tail }
 }

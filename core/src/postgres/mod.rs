@@ -203,6 +203,7 @@ impl PgStore {
     pub fn submit(&self, append: PgAppend) {
         // A send after the writer stopped drops the append, whose reply answers `Closed`.
         if let Some(queue) = &self.queue {
+            self.shared.published.counters.enqueued();
             let _ = queue.send(writer::Command::Append(append));
         }
     }

@@ -104,6 +104,7 @@ impl PgWriter {
     }
 
     fn commit(&mut self, group: Vec<PgAppend>) {
+        self.shared.published.counters.dequeued(group.len() as u64);
         let mut outcome = self.decide_and_commit(&group);
         if let Err(Failed { stale_connection: true, .. }) = outcome {
             // The connection kept from the last group was closed by the server meanwhile (a
@@ -255,7 +256,12 @@ impl PgWriter {
         if let Err(e) = moved {
             return Err(fail("cannot move the head", &e, verdicts));
         }
-        match tx.commit() {
+        // The `fsync` figures of `Store::stats` are, here, the COMMIT's round trip: the server's
+        // WAL flush (with `synchronous_commit` on) and the network.
+        let committing = std::time::Instant::now();
+        let committed = tx.commit();
+        self.shared.published.counters.fsync_micros.record(committing.elapsed().as_micros() as u64);
+        match committed {
             Ok(()) => {}
             // The server refused the commit and kept the session (an ERROR): rolled back.
             Err(e) if e.as_db_error().is_some_and(|db| db.parsed_severity() == Some(Severity::Error)) => {
@@ -280,6 +286,11 @@ impl PgWriter {
         }
         self.shared.published.publish_head_at_least(head);
         self.shared.published.commit_groups.fetch_add(1, Ordering::Relaxed);
+        // `bytes_appended` on Postgres: the events' types, tags and data as sent (there is no
+        // log of ours to measure).
+        let bytes: usize =
+            staged.iter().map(|(_, e)| e.event_type.len() + e.tags().map(str::len).sum::<usize>() + e.data.len()).sum();
+        self.shared.published.counters.committed(staged.len() as u64, bytes as u64);
         Ok(verdicts)
     }
 }

@@ -62,6 +62,11 @@ pub(crate) struct Published {
     /// Entries of every segment list stored so far: a statistic for tests (open must build the
     /// list once, not once per segment).
     pub listed_segments: AtomicU64,
+    /// What [`crate::Store::stats`] reports (`stats.rs`).
+    pub counters: crate::stats::Counters,
+    /// A follower's segment and the point after its last accepted batch, stored by its poll
+    /// thread after every pass, for the lag `stats()` measures. None for a writable handle.
+    pub follow_point: Mutex<Option<(Arc<SegmentEntry>, crate::log::recovery::ScanPoint)>>,
 }
 
 impl Published {
@@ -78,6 +83,8 @@ impl Published {
             staged_events_indexed: AtomicU64::new(0),
             failure: Arc::default(),
             listed_segments: AtomicU64::new(0),
+            counters: crate::stats::Counters::default(),
+            follow_point: Mutex::new(None),
         }
     }
 

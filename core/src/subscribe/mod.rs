@@ -239,6 +239,7 @@ impl Subscription {
         if after.get() > head {
             return Err(Error::invalid(format!("after is {after}; the head is {head}")));
         }
+        published.counters.subscriptions.fetch_add(1, Ordering::Relaxed);
         Ok(Subscription {
             published,
             query,
@@ -431,7 +432,9 @@ impl Subscription {
 
     /// Ends the subscription; a consumer blocked in `next` wakes with `Ended`.
     pub fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.published.counters.subscriptions.fetch_sub(1, Ordering::Relaxed);
+        }
         self.published.notifier.closed(&self.interest);
     }
 }

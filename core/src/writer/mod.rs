@@ -123,6 +123,7 @@ impl Writer {
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
             }
+            self.published.counters.dequeued(group.len() as u64);
             self.commit_group(group);
             // The group's callbacks and wakers, to the completion thread in one push.
             crate::completion::flush_deferred();
@@ -291,14 +292,17 @@ impl Writer {
         }
         crate::fault::crash_point("commit.before_fsync");
         if self.durability == Durability::Fsync {
+            let started = std::time::Instant::now();
             if let Err(e) = crate::fault::io_point("commit.fsync").and_then(|_| self.active.sync_data()) {
                 self.active.forget_unsynced(staged.bytes.len());
                 self.fail_sync(&e, staged.answers);
                 return;
             }
+            self.published.counters.fsync_micros.record(started.elapsed().as_micros() as u64);
         }
         crate::fault::crash_point("commit.after_fsync");
         self.published.commit_groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.published.counters.committed(staged.event_frames.len() as u64, staged.bytes.len() as u64);
         let segment_offset = self.active.end;
         let segment_base = self.active_entry.base;
         for (i, &frame) in staged.event_frames.iter().enumerate() {

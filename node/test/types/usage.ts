@@ -12,6 +12,7 @@ import {
   type EventInput,
   type LapilliIterator,
   type SequencedEvent,
+  type Stats,
 } from '../../lapilli.js'
 
 export async function usage(dir: string): Promise<number> {
@@ -80,6 +81,10 @@ export async function usage(dir: string): Promise<number> {
     }
   }
   await Store.openReadOnly(dir).catch((err: unknown) => err instanceof ReadOnlyError)
+  const stats: Stats = store.stats()
+  const lag: number | null = stats.followerLagPositions
+  const p99: number = stats.fsyncP99Micros
+  void lag, p99
   await store.close()
   return at
 }

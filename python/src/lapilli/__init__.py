@@ -41,6 +41,7 @@ from lapilli._lapilli import (
     Subscription,
     __version__,
 )
+from lapilli.stats import Stats
 
 __all__ = [
     "AlreadyExistsError",
@@ -62,6 +63,7 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "StoreLockedError",
+    "Stats",
     "Subscription",
     "__version__",
 ]

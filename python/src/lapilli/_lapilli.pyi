@@ -16,6 +16,8 @@ import pandas  # type: ignore[import-untyped]
 import polars
 import pyarrow  # type: ignore[import-untyped]
 
+from lapilli.stats import Stats
+
 __all__ = [
     "Store",
     "Event",
@@ -48,6 +50,10 @@ _Bytes = Union[bytes, bytearray, memoryview]
 
 def _set_arrow_batch_bytes(bytes: int) -> int:
     """Test knob, not API: sets the byte budget of one Arrow batch; returns the previous one."""
+
+def _cli_main(argv: list[str]) -> int:
+    """Runs the `lapilli` command line with `argv` (program name first); returns its exit
+    status. Called by `python -m lapilli` and the `lapilli` script."""
 
 def _panic_for_test(site: str) -> None:
     """Test knob, not API: panics inside the binding at `site` ("attached", "detached",
@@ -368,6 +374,10 @@ class Store:
         """The store's directory."""
     def head(self) -> int:
         """The position of the last committed event (0 for an empty store)."""
+    def stats(self) -> Stats:
+        """How this handle is doing, as a dict (`lapilli.Stats`): head, what it appended since
+        it was opened, group commits, events per commit, fsync latency, queue depth, segments,
+        index bytes, open subscriptions, and for a follower its lag."""
     def append(
         self, events: Iterable[Event], condition: Optional[AppendCondition] = None
     ) -> AppendResult:

@@ -124,6 +124,40 @@ data class AppendCondition @JvmOverloads constructor(
 data class AppendResult(val first: Long, val last: Long)
 
 /**
+ * What [Store.stats] returns. Counters count what this handle did since it was opened (a
+ * follower appends nothing: its write counters are 0).
+ *
+ * @property fsyncP50Micros upper bound of the histogram bucket holding the median fsync
+ *   latency (buckets are at most 12.5 % wide); [fsyncMaxMicros] is exact. 0 before the first
+ *   fsync, and always with [Durability.BUFFERED].
+ * @property queueDepth appends handed to the writer and not yet taken into a group.
+ * @property indexBytes bytes of the index files in the store directory.
+ * @property subscriptions subscriptions of this handle that are not closed.
+ * @property followerLagPositions for a read-only handle, events committed that it has not
+ *   published yet, and [followerLagMillis] how long ago the first of them was committed; null
+ *   for a writable handle.
+ */
+data class Stats(
+    val head: Long,
+    val eventsAppended: Long,
+    val bytesAppended: Long,
+    val groupCommits: Long,
+    val eventsPerCommitMean: Double,
+    val eventsPerCommitMax: Long,
+    val fsyncs: Long,
+    val fsyncP50Micros: Long,
+    val fsyncP99Micros: Long,
+    val fsyncMaxMicros: Long,
+    val queueDepth: Long,
+    val queueDepthMax: Long,
+    val segments: Long,
+    val indexBytes: Long,
+    val subscriptions: Long,
+    val followerLagPositions: Long?,
+    val followerLagMillis: Long?,
+)
+
+/**
  * The window `(after, until]` of a read ([until] null: the head when the read starts; clamped
  * to it), at most [limit] events (null: no cap), ascending or, with [backwards], descending.
  */

@@ -67,6 +67,33 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
     fun head(): Long = ffiCall("store", handle) { ffi.head() }.toLong()
 
     /**
+     * How this handle is doing: head, what it appended since it was opened, group commits,
+     * fsync latency, queue depth, segments, index bytes, open subscriptions, and for a follower
+     * its lag (see [Stats]).
+     */
+    fun stats(): Stats = ffiCall("store", handle) { ffi.stats() }.let { s ->
+        Stats(
+            head = s.head.toLong(),
+            eventsAppended = s.eventsAppended.toLong(),
+            bytesAppended = s.bytesAppended.toLong(),
+            groupCommits = s.groupCommits.toLong(),
+            eventsPerCommitMean = s.eventsPerCommitMean,
+            eventsPerCommitMax = s.eventsPerCommitMax.toLong(),
+            fsyncs = s.fsyncs.toLong(),
+            fsyncP50Micros = s.fsyncP50Micros.toLong(),
+            fsyncP99Micros = s.fsyncP99Micros.toLong(),
+            fsyncMaxMicros = s.fsyncMaxMicros.toLong(),
+            queueDepth = s.queueDepth.toLong(),
+            queueDepthMax = s.queueDepthMax.toLong(),
+            segments = s.segments.toLong(),
+            indexBytes = s.indexBytes.toLong(),
+            subscriptions = s.subscriptions.toLong(),
+            followerLagPositions = s.followerLagPositions?.toLong(),
+            followerLagMillis = s.followerLagMillis?.toLong(),
+        )
+    }
+
+    /**
      * Appends [events] atomically at consecutive positions if [condition] holds; blocks until
      * committed. One native call: the request crosses as one buffer.
      */

@@ -1,0 +1,3 @@
+fn main() {
+    std::process::exit(lapilli_cli::run(std::env::args_os()));
+}

@@ -1,0 +1,199 @@
+//! Statistics a handle keeps about itself, always on: relaxed atomics bumped by the writer once
+//! per group (and by callers once per request), and a fixed-size histogram of fsync latencies.
+//! [`crate::Store::stats`] reads them into a [`Stats`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What a handle reports about itself (see [`crate::Store::stats`]). Counters count what this
+/// handle did since it was opened: a follower appends nothing, so its write counters are 0, and
+/// another process's writes show only in `head` and the follower lag.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// The last committed position this handle sees.
+    pub head: u64,
+    /// Events this handle appended since it was opened.
+    pub events_appended: u64,
+    /// Log bytes (records and commit markers) this handle wrote since it was opened.
+    pub bytes_appended: u64,
+    /// Group commits: one write (and with `fsync` durability one fsync) each.
+    pub group_commits: u64,
+    /// `events_appended / group_commits` (0 before the first commit).
+    pub events_per_commit_mean: f64,
+    /// Most events one group commit wrote.
+    pub events_per_commit_max: u64,
+    /// fsyncs of group commits measured by the latency histogram.
+    pub fsyncs: u64,
+    /// fsync latency percentiles in microseconds: the upper bound of the histogram bucket
+    /// holding the percentile (buckets are at most 12.5 % wide), 0 before the first fsync.
+    pub fsync_p50_micros: u64,
+    pub fsync_p99_micros: u64,
+    /// The slowest fsync, exact.
+    pub fsync_max_micros: u64,
+    /// Appends handed to the writer and not yet taken into a group, now and at most so far.
+    pub queue_depth: u64,
+    pub queue_depth_max: u64,
+    /// Segment files of the log this handle sees.
+    pub segments: u64,
+    /// Bytes of the index files in the store directory (sealed segments and parts).
+    pub index_bytes: u64,
+    /// Subscriptions of this handle that are not closed.
+    pub subscriptions: u64,
+    /// For a read-only handle: events committed in the segment it follows that it has not
+    /// published yet, and how long ago the oldest of them was committed (ms). None for a
+    /// writable handle.
+    pub follower_lag_positions: Option<u64>,
+    pub follower_lag_millis: Option<u64>,
+}
+
+/// Exact below this many microseconds, one bucket each.
+const LINEAR_MICROS: u64 = 16;
+/// Sub-buckets per power of two above that: each bucket is at most 1/8 of its lower bound wide.
+const SUB_BUCKETS: u64 = 8;
+/// Buckets for latencies up to 2^44 µs (about 200 days); anything longer lands in the last.
+const BUCKETS: usize = (LINEAR_MICROS + (44 - 4) * SUB_BUCKETS) as usize;
+
+/// A fixed-size latency histogram (log-linear buckets of microseconds) that one thread records
+/// into and any thread reads, without locks. Recording costs two relaxed adds and a `fetch_max`.
+pub(crate) struct LatencyHistogram {
+    buckets: Box<[AtomicU64]>,
+    count: AtomicU64,
+    max: AtomicU64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+        }
+    }
+}
+
+fn bucket_of(micros: u64) -> usize {
+    if micros < LINEAR_MICROS {
+        return micros as usize;
+    }
+    let exponent = 63 - micros.leading_zeros() as u64; // >= 4
+    let sub = (micros >> (exponent - 3)) & (SUB_BUCKETS - 1);
+    ((LINEAR_MICROS + (exponent - 4) * SUB_BUCKETS + sub) as usize).min(BUCKETS - 1)
+}
+
+/// The largest value bucket `i` holds.
+fn bucket_upper(i: usize) -> u64 {
+    let i = i as u64;
+    if i < LINEAR_MICROS {
+        return i;
+    }
+    let exponent = (i - LINEAR_MICROS) / SUB_BUCKETS + 4;
+    let sub = (i - LINEAR_MICROS) % SUB_BUCKETS;
+    let width = 1u64 << (exponent - 3);
+    (1u64 << exponent) + (sub + 1) * width - 1
+}
+
+impl LatencyHistogram {
+    pub fn record(&self, micros: u64) {
+        self.buckets[bucket_of(micros)].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.max.fetch_max(micros, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// The upper bound of the bucket holding the `quantile` (0..=1) of the values recorded, never
+    /// above the exact maximum; 0 with nothing recorded.
+    pub fn quantile(&self, quantile: f64) -> u64 {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((quantile * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, count) in counts.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return bucket_upper(i).min(self.max());
+            }
+        }
+        self.max()
+    }
+}
+
+/// The counters behind [`Stats`] that the writer and callers bump.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub events_appended: AtomicU64,
+    pub bytes_appended: AtomicU64,
+    pub events_per_commit_max: AtomicU64,
+    pub fsync_micros: LatencyHistogram,
+    pub queue_depth: AtomicU64,
+    pub queue_depth_max: AtomicU64,
+    pub subscriptions: AtomicU64,
+}
+
+impl Counters {
+    /// A caller handed a request to the writer's queue.
+    pub fn enqueued(&self) {
+        let depth = self.queue_depth.fetch_add(1, Ordering::Relaxed) + 1;
+        self.queue_depth_max.fetch_max(depth, Ordering::Relaxed);
+    }
+
+    /// The writer took `n` requests off its queue.
+    pub fn dequeued(&self, n: u64) {
+        // Saturating: a request whose send failed (writer gone) was counted but never taken.
+        let _ = self.queue_depth.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(n)));
+    }
+
+    /// The writer committed a group of `events` events in `bytes` log bytes.
+    pub fn committed(&self, events: u64, bytes: u64) {
+        self.events_appended.fetch_add(events, Ordering::Relaxed);
+        self.bytes_appended.fetch_add(bytes, Ordering::Relaxed);
+        self.events_per_commit_max.fetch_max(events, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_lands_in_a_bucket_whose_bounds_hold_it() {
+        let mut previous_upper = None;
+        for i in 0..BUCKETS {
+            let upper = bucket_upper(i);
+            if let Some(previous) = previous_upper {
+                assert!(upper > previous, "bucket {i}");
+                assert_eq!(bucket_of(previous + 1), i, "lower bound of bucket {i}");
+            }
+            assert_eq!(bucket_of(upper), i, "upper bound of bucket {i}");
+            previous_upper = Some(upper);
+        }
+        for micros in [0, 1, 15, 16, 17, 100, 1000, 12_345, 1 << 30] {
+            let upper = bucket_upper(bucket_of(micros));
+            assert!(upper >= micros && upper - micros <= micros / 8 + 1, "{micros} -> {upper}");
+        }
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn quantiles_come_from_the_recorded_values() {
+        let histogram = LatencyHistogram::default();
+        assert_eq!(histogram.quantile(0.5), 0);
+        for micros in 1..=100 {
+            histogram.record(micros * 10);
+        }
+        let p50 = histogram.quantile(0.5);
+        assert!((500..=500 + 500 / 8).contains(&p50), "p50 {p50}");
+        let p99 = histogram.quantile(0.99);
+        assert!((990..=1000).contains(&p99), "p99 {p99}");
+        assert_eq!(histogram.max(), 1000);
+        assert_eq!(histogram.count(), 100);
+    }
+}
