@@ -20,10 +20,16 @@ use crate::query::Query;
 /// costs one small round trip and a long read few.
 const FIRST_PAGE: u64 = 256;
 const MAX_PAGE: u64 = 8192;
+/// Rows of the window a page first looks at in order (the probe; about two heap pages).
+const NEAR_ROWS: u64 = 256;
+/// How many times the rows the probe's density predicts a bounded walk may read.
+const WALK_MARGIN: u64 = 4;
 
 pub(crate) struct PgRead {
     shared: Arc<PgShared>,
     condition: Condition,
+    /// Whether the query is `Query::all()`: every row matches, and the key's order is the plan.
+    everything: bool,
     /// The window still to read, inclusive; empty when `low > high`.
     low: u64,
     high: u64,
@@ -40,12 +46,25 @@ pub(crate) struct PgRead {
     scratch: Vec<u8>,
 }
 
+/// How a look orders its range.
+#[derive(Clone, Copy)]
+enum Plan {
+    /// `ORDER BY position`: the planner may walk the primary key and filter, which costs the
+    /// rows of the range it reads: bounded when the range is.
+    Key,
+    /// `ORDER BY position + 0`: the key's order is not offered, so the planner finds the matches
+    /// through the indexes (GIN over tags, `(type, position)`) and sorts them: the cost of the
+    /// matches in the range, not of the range.
+    Matches,
+}
+
 impl PgRead {
     pub fn new(shared: Arc<PgShared>, query: &Query, low: u64, high: u64, backwards: bool, head: u64, wanted: u64) -> PgRead {
         let condition = Condition::of(query, 3);
         PgRead {
             shared,
             condition,
+            everything: matches!(query, Query::All),
             low: low.max(1),
             high: high.min(head),
             backwards,
@@ -58,26 +77,85 @@ impl PgRead {
         }
     }
 
-    fn fetch(&mut self) -> Result<()> {
-        let limit = self.page_size.min(self.wanted).max(1);
-        self.page_size = (self.page_size * 2).min(MAX_PAGE);
+    /// The first `limit` matches of `low..=high` in the read's direction.
+    fn look(&self, low: u64, high: u64, plan: Plan, limit: u64) -> Result<Vec<Row>> {
         let order = if self.backwards { "DESC" } else { "ASC" };
+        let key = match plan {
+            Plan::Key => "position",
+            Plan::Matches => "position + 0",
+        };
         let statement = format!(
             "SELECT position, type, tags, data, recorded_at FROM {} WHERE position BETWEEN $1 AND $2 AND {} \
-             ORDER BY position {order} LIMIT {limit}",
+             ORDER BY {key} {order} LIMIT {limit}",
             self.shared.events, self.condition.sql
         );
-        let low = self.low as i64;
-        let high = self.high as i64;
-        let shared = self.shared.clone();
+        let low = low as i64;
+        let high = high as i64;
+        let shared = &self.shared;
         let condition = &self.condition;
-        let rows = shared.with_client(|client| {
+        shared.with_client(|client| {
             client
                 .query_typed(&statement, &typed_params(&[&low, &high], condition))
                 .map_err(|e| pg_error(&format!("cannot read from {}", shared.redacted), &e))
-        })?;
+        })
+    }
+
+    /// The next page: the first `limit` matches of the window, in as few looks as the query's
+    /// density allows.
+    ///
+    /// One statement over the whole window, `ORDER BY position LIMIT n`, is what the planner
+    /// turns into a walk of the primary key whenever its estimates say matches are common, and
+    /// for a type and a tag that are each common but never together that walk read every row
+    /// of a million-event context (1 s for a `limit 1` read that found nothing). So, for any
+    /// query but `Query::all()`:
+    /// 1. the probe: the `NEAR_ROWS` rows at the window's near end, by the key (bounded);
+    /// 2. if it found some matches but not enough, a walk by the key over as many rows as their
+    ///    density predicts for the rest, times `WALK_MARGIN` (bounded: a common query is
+    ///    answered here, as fast as before);
+    /// 3. if still not enough, the rest of the window through the indexes (`Plan::Matches`):
+    ///    the cost of its matches (a rare query: milliseconds however large the context).
+    ///
+    /// The looks cover consecutive ranges in the read's direction, so their rows, concatenated,
+    /// are the window's first matches in order; the positions are gapless, so a range of n
+    /// positions holds n rows.
+    fn fetch(&mut self) -> Result<()> {
+        let limit = self.page_size.min(self.wanted).max(1);
+        let mut rows: Vec<Row> = Vec::new();
+        // The part of the window no look has covered yet.
+        let (mut low, mut high) = (self.low, self.high);
+        let mut stage = if self.everything { 3 } else { 1 };
+        while (rows.len() as u64) < limit && low <= high {
+            let rest = high - low + 1;
+            let (span, plan) = match stage {
+                1 => (rest.min(NEAR_ROWS), Plan::Key),
+                2 if !rows.is_empty() => {
+                    let missing = limit - rows.len() as u64;
+                    let predicted = missing.saturating_mul(NEAR_ROWS) / rows.len() as u64;
+                    (rest.min(predicted.saturating_mul(WALK_MARGIN).max(NEAR_ROWS)), Plan::Key)
+                }
+                2 => {
+                    stage = 3;
+                    continue;
+                }
+                // Query::all() is walked by the key: every row is a match.
+                _ if self.everything => (rest, Plan::Key),
+                _ => (rest, Plan::Matches),
+            };
+            stage += 1;
+            let (range_low, range_high) = if self.backwards { (high - span + 1, high) } else { (low, low + span - 1) };
+            let found = self.look(range_low, range_high, plan, limit - rows.len() as u64)?;
+            rows.extend(found);
+            if (rows.len() as u64) < limit {
+                // The range is done: the next look starts past it.
+                if self.backwards {
+                    high = range_low - 1;
+                } else {
+                    low = range_high + 1;
+                }
+            }
+        }
         if (rows.len() as u64) < limit {
-            // Nothing more in the window after this page.
+            // Every range of the window was looked at: nothing more in it after this page.
             self.low = 1;
             self.high = 0;
         } else if let Some(last) = rows.last() {
@@ -88,6 +166,7 @@ impl PgRead {
                 self.low = last + 1;
             }
         }
+        self.page_size = (self.page_size * 2).min(MAX_PAGE);
         self.page = rows;
         self.next_row = 0;
         Ok(())
