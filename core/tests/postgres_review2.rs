@@ -172,3 +172,30 @@ fn reads_of_large_events_are_exact_across_byte_bounded_pages() {
     }
     store.close().unwrap();
 }
+
+/// A store opened through PgBouncer (a pooler the issue names; the backend already polls for the
+/// poolers that drop `LISTEN`) must work. The backend turned JIT off with `-c jit=off` in the
+/// startup packet's `options`, and PgBouncer refuses `options` at its default settings
+/// ("unsupported startup parameter: options" up to 1.19; from 1.20 every `-c` of a parameter it
+/// does not track): no connection could be made at all. Runs when
+/// `LAPILLI_TEST_PGBOUNCER_URL` names a PgBouncer (transaction pooling) in front of the test
+/// server; skipped otherwise.
+#[test]
+fn a_store_opens_appends_and_reads_through_pgbouncer() {
+    let Some(bouncer) = std::env::var("LAPILLI_TEST_PGBOUNCER_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("skipped: LAPILLI_TEST_PGBOUNCER_URL is not set");
+        return;
+    };
+    let store = open_fresh(&bouncer, "bouncer");
+    let key = Query::for_tags(["order:1"]);
+    store.append(vec![Event::new("Placed", ["order:1"], vec![1])], None).unwrap();
+    let refused = store.append(
+        vec![Event::new("Placed", ["order:1"], vec![2])],
+        Some(lapilli_core::AppendCondition::new(key.clone()).after(Position(0))),
+    );
+    let refused = refused.unwrap_err();
+    assert_eq!(refused.kind(), lapilli_core::ErrorKind::Conflict, "{refused:?}");
+    let read = store.read(&key, ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(read.len(), 1);
+    store.close().unwrap();
+}

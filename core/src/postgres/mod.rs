@@ -285,11 +285,9 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     if config.get_application_name().is_none() {
         config.application_name("lapilli");
     }
-    // No JIT for our statements: a group's condition check is one statement of many small
-    // subqueries whose summed cost crosses jit_above_cost, and compiling them took over a
-    // second (128 appends of a group waited 1.3 s) for a statement that runs in a millisecond.
-    let options = config.get_options().map_or(String::new(), |o| format!("{o} "));
-    config.options(&format!("{options}-c jit=off"));
+    // Nothing is added to the startup packet's `options` (JIT is turned off per writer
+    // transaction, see `writer.rs`): PgBouncer refuses a connection whose `options` sets a
+    // parameter it does not track, at its default settings.
     let tls = tls.then(|| {
         let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
