@@ -32,10 +32,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let before = peak_rss_kib();
     let started = std::time::Instant::now();
-    let mut read = store.read(&Query::all(), ReadOptions::default())?;
+    let read = store.read(&Query::all(), ReadOptions::default())?;
     let mut events = 0u64;
     let mut bytes = 0usize;
-    while let Some(event) = read.next() {
+    for event in read {
         let event = event?;
         events += 1;
         bytes += event.data.len();
