@@ -59,7 +59,14 @@ impl Connector {
             Some(tls) => self.config.connect(tls.clone()),
             None => self.config.connect(NoTls),
         };
-        connected.map_err(|e| pg_error(&format!("cannot connect to {redacted}"), &e))
+        let mut client = connected.map_err(|e| pg_error(&format!("cannot connect to {redacted}"), &e))?;
+        // No JIT for reads either (a page's look of a common query on a context of millions
+        // crosses jit_above_cost, and compiling costs more than running it). A session `SET`,
+        // not the startup packet's `options`, which PgBouncer refuses; behind a transaction
+        // pooler it reaches one server connection only, so the writer sets it again in each of
+        // its transactions.
+        client.batch_execute("SET jit = off").map_err(|e| pg_error(&format!("cannot set up the connection to {redacted}"), &e))?;
+        Ok(client)
     }
 }
 
@@ -286,11 +293,9 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     if config.get_application_name().is_none() {
         config.application_name("lapilli");
     }
-    // No JIT for our statements: a group's condition check is one statement of many small
-    // subqueries whose summed cost crosses jit_above_cost, and compiling them took over a
-    // second (128 appends of a group waited 1.3 s) for a statement that runs in a millisecond.
-    let options = config.get_options().map_or(String::new(), |o| format!("{o} "));
-    config.options(&format!("{options}-c jit=off"));
+    // Nothing is added to the startup packet's `options` (JIT is turned off after connecting,
+    // see `Connector::connect`, and per writer transaction): PgBouncer refuses a connection
+    // whose `options` sets a parameter it does not track, at its default settings.
     let tls = tls.then(|| {
         let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
         let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -26,7 +26,7 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
     let mut tx = client.transaction().map_err(|e| fail("cannot begin", &e))?;
     if !read_only {
         // Any constant: only Lapilli's schema changes take this lock.
-        tx.execute("SELECT pg_advisory_xact_lock(7362115470311958527)", &[])
+        tx.batch_execute("SELECT pg_advisory_xact_lock(7362115470311958527)")
             .map_err(|e| fail("cannot lock the schema", &e))?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS lapilli_contexts (
@@ -39,9 +39,14 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
         )
         .map_err(|e| fail("cannot create lapilli_contexts", &e))?;
     }
-    let exists: Option<i32> = match tx.query_opt("SELECT schema_version FROM lapilli_contexts WHERE name = $1", &[&context])
+    // Unnamed statements only (`query_typed`, `batch_execute`), here and everywhere in the
+    // backend: a named prepared statement outlives the transaction on its server connection,
+    // and behind a transaction-pooling PgBouncer that connection is then handed to another
+    // client, whose own statement of the same name fails ("prepared statement \"s3\" already
+    // exists").
+    let exists: Option<i32> = match tx.query_typed("SELECT schema_version FROM lapilli_contexts WHERE name = $1", &[(&context, Type::TEXT)])
     {
-        Ok(row) => row.map(|row| row.get(0)),
+        Ok(rows) => rows.first().map(|row| row.get(0)),
         // A read-only handle on a database nobody wrote to yet.
         Err(e) if read_only && e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) => None,
         Err(e) => return Err(fail("cannot read lapilli_contexts", &e)),
@@ -71,9 +76,9 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
                  CREATE INDEX IF NOT EXISTS {index_types} ON {events} (type, position);"
             ))
             .map_err(|e| fail("cannot create the events table", &e))?;
-            tx.execute(
+            tx.query_typed(
                 "INSERT INTO lapilli_contexts (name, schema_version) VALUES ($1, $2)",
-                &[&context, &SCHEMA_VERSION],
+                &[(&context, Type::TEXT), (&SCHEMA_VERSION, Type::INT4)],
             )
             .map_err(|e| fail("cannot register the context", &e))?;
         }

@@ -7,7 +7,6 @@
 //! events in at head + 1..., moves the head, notifies the context's channel and commits. A
 //! verdict is answered only once the commit's outcome is known.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::sync::atomic::Ordering;
@@ -16,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::error::Severity;
 use postgres::types::Type;
-use postgres::{Client, Statement, Transaction};
+use postgres::{Client, Transaction};
 
 use super::sql::Condition;
 use super::{PgShared, pg_error};
@@ -31,8 +30,6 @@ use crate::writer::reply::Reply;
 
 /// Appends decided in one transaction at most: bounds the time the row lock is held.
 const MAX_GROUP: usize = 1024;
-/// Prepared statements kept per connection (conditions' shapes vary with their queries).
-const MAX_STATEMENTS: usize = 256;
 
 /// A validated append, its events encoded as on the embedded log (frames of canonical
 /// payloads), so that one validation and one encoding serve both backends.
@@ -72,12 +69,11 @@ pub(crate) struct PgWriter {
     shared: Arc<PgShared>,
     durability: Durability,
     client: Option<Client>,
-    statements: HashMap<String, Statement>,
 }
 
 impl PgWriter {
     pub fn new(shared: Arc<PgShared>, durability: Durability) -> PgWriter {
-        PgWriter { shared, durability, client: None, statements: HashMap::new() }
+        PgWriter { shared, durability, client: None }
     }
 
     pub fn run(mut self, incoming: Receiver<Command>) {
@@ -125,7 +121,6 @@ impl PgWriter {
                 // Refusals for events committed before the group stand; everything else shares
                 // the group's fate, which `error` describes.
                 self.client = None;
-                self.statements.clear();
                 (0..group.len())
                     .map(|i| match verdicts.get(i) {
                         Some(Verdict::Refused(refusal)) => Err(refusal.clone()),
@@ -150,7 +145,6 @@ impl PgWriter {
         };
         let reused = self.client.as_ref().is_some_and(|client| !client.is_closed());
         if !reused {
-            self.statements.clear();
             self.client = Some(shared.connector.connect(url).map_err(|error| Failed {
                 error: with_outcome(error, "it was not committed; it is safe to retry"),
                 verdicts: Vec::new(),
@@ -158,7 +152,6 @@ impl PgWriter {
             })?);
         }
         let client = self.client.as_mut().expect("connected above");
-        let statements = &mut self.statements;
         let mut tx = client.transaction().map_err(|e| {
             let closed = connection_gone(&e);
             Failed { stale_connection: reused && closed, ..not_committed("cannot begin", &e) }
@@ -166,14 +159,9 @@ impl PgWriter {
         if self.durability == Durability::Buffered {
             tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(|e| not_committed("cannot begin", &e))?;
         }
-        let lock = prepared(
-            &mut tx,
-            statements,
-            "SELECT head, last_recorded_at, txid_current(), \
-             set_config('idle_in_transaction_session_timeout', '10s', true) \
-             FROM lapilli_contexts WHERE name = $1 FOR UPDATE",
-        )
-        .map_err(|e| not_committed("cannot lock the context", &e))?;
+        let lock_sql = "SELECT head, last_recorded_at, txid_current(), \
+             set_config('idle_in_transaction_session_timeout', '10s', true), set_config('jit', 'off', true) \
+             FROM lapilli_contexts WHERE name = $1 FOR UPDATE";
         // The lock is held until this transaction ends. If this process is cut off in the
         // middle of it (a partition, a machine that lost power), the server would only notice
         // through TCP keepalive, hours later, and every writer of the context would wait all
@@ -181,7 +169,22 @@ impl PgWriter {
         // the server end it after 10 s idle. The writer's transaction is never idle for more
         // than the time it takes to send its next statement, so it costs nothing else; a
         // transaction ended so is not committed, and its appends are answered so.
-        let row = tx.query_one(&lock, &[&shared.context]).map_err(|e| not_committed("cannot lock the context", &e))?;
+        // The second `set_config` turns JIT off for the rest of the transaction: a group's
+        // condition check is one statement of many small subqueries whose summed cost crosses
+        // jit_above_cost, and compiling it took over a second (128 appends of a group waited
+        // 1.3 s) for a statement that runs in a millisecond. Here, not in the connection's
+        // startup `options`, which PgBouncer refuses; transaction-local, so it holds under a
+        // transaction-pooling PgBouncer too.
+        let rows = tx
+            .query_typed(lock_sql, &[(&shared.context, Type::TEXT)])
+            .map_err(|e| not_committed("cannot lock the context", &e))?;
+        let Some(row) = rows.into_iter().next() else {
+            let error = Error::io_message(
+                format!("context {:?} is no longer in {url}; it was not committed", shared.context),
+                std::io::ErrorKind::NotFound,
+            );
+            return Err(Failed { error, verdicts: Vec::new(), stale_connection: false });
+        };
         let committed_head = row.get::<_, i64>(0) as u64;
         let last_recorded_at = row.get::<_, i64>(1) as u64;
         let txid: i64 = row.get(2);
@@ -245,14 +248,12 @@ impl PgWriter {
         if let Err(e) = copy_in(&mut tx, &shared.events, &staged, recorded_at) {
             return Err(fail("cannot insert the events", &e, verdicts));
         }
-        let moved = prepared(
-            &mut tx,
-            statements,
+        let channel = format!("lapilli_{}", shared.context);
+        let moved = tx.query_typed(
             "WITH moved AS (UPDATE lapilli_contexts SET head = $2, last_recorded_at = $3 WHERE name = $1 RETURNING head) \
              SELECT pg_notify($4, head::text) FROM moved",
+            &[(&shared.context, Type::TEXT), (&(head as i64), Type::INT8), (&recorded_at, Type::INT8), (&channel, Type::TEXT)],
         );
-        let channel = format!("lapilli_{}", shared.context);
-        let moved = moved.and_then(|moved| tx.execute(&moved, &[&shared.context, &(head as i64), &recorded_at, &channel]));
         if let Err(e) = moved {
             return Err(fail("cannot move the head", &e, verdicts));
         }
@@ -316,18 +317,6 @@ fn with_outcome(error: Error, outcome: &str) -> Error {
         format!("{}; {outcome}", error.message()),
         error.io_kind().unwrap_or(std::io::ErrorKind::Other),
     )
-}
-
-fn prepared(tx: &mut Transaction<'_>, statements: &mut HashMap<String, Statement>, sql: &str) -> Result<Statement, postgres::Error> {
-    if let Some(statement) = statements.get(sql) {
-        return Ok(statement.clone());
-    }
-    let statement = tx.prepare(sql)?;
-    if statements.len() >= MAX_STATEMENTS {
-        statements.clear();
-    }
-    statements.insert(sql.to_string(), statement.clone());
-    Ok(statement)
 }
 
 /// How far below the head a boundary clause's `after` may lie to be checked against the
@@ -517,8 +506,8 @@ fn resolve(shared: &PgShared, txid: i64) -> Option<bool> {
             std::thread::sleep(Duration::from_millis(100 * attempt.min(5)));
         }
         let Ok(mut client) = shared.connector.connect(&shared.redacted) else { continue };
-        let Ok(row) = client.query_one("SELECT txid_status($1)", &[&txid]) else { continue };
-        match row.get::<_, Option<&str>>(0) {
+        let Ok(rows) = client.query_typed("SELECT txid_status($1)", &[(&txid, Type::INT8)]) else { continue };
+        match rows.first().and_then(|row| row.get::<_, Option<&str>>(0)) {
             Some("committed") => return Some(true),
             Some("aborted") => return Some(false),
             // In progress: its backend has not noticed the connection is gone yet.
