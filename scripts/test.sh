@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== Release: every package carries the workspace version (scripts/release.sh --versions)"
+bash scripts/release/versions-test.sh
+
 echo "== Rust: lapilli-core (unit, integration, conformance, doc tests)"
 cargo test -p lapilli-core
 
