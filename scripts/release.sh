@@ -104,7 +104,7 @@ install_tools() {
     step "tools into target/release-tools"
     mkdir -p "$TOOLS/bin"
     if command -v rustup >/dev/null; then
-        rustup target add "${TARGETS[@]}" >/dev/null
+        rustup target add "${TARGETS[@]}" >/dev/null 2>&1
     fi
     [ -x "$TOOLS/venv/bin/python" ] || python3 -m venv "$TOOLS/venv"
     local reqs="$MATURIN $ZIGLANG $AUDITWHEEL"
@@ -128,7 +128,8 @@ install_tools() {
 install_tools
 export PATH="$TOOLS/bin:$PATH"
 # Release libraries carry no debug line tables (the workspace's release profile keeps them for
-# profiling): 10 MB becomes 1.4 MB. Every release build sets the same, so they share core's build.
+# profiling): 10 MB becomes 1.4 MB. Every cross build sets it, so the Node and JVM libraries of a
+# target share one build of the core (maturin's own environment makes it build the core again).
 export CARGO_PROFILE_RELEASE_STRIP=debuginfo
 # musl targets link statically by default, which a cdylib (loaded into a process that has its
 # own libc) cannot do: link musl's libc.so dynamically.
@@ -159,7 +160,10 @@ build_python() {
         local compat=manylinux2014
         [ "${target##*-}" = musl ] && compat=musllinux_1_2
         echo "-- $target ($compat)"
-        nice -n 15 "$TOOLS/venv/bin/maturin" build --quiet --release --zig -m python/Cargo.toml \
+        # A target directory of its own: maturin's flags differ from cargo-zigbuild's, and in a
+        # shared one each tool's build of the core replaced the other's (both rebuilt every run).
+        CARGO_TARGET_DIR=$ROOT/target/release-python \
+            nice -n 15 "$TOOLS/venv/bin/maturin" build --quiet --release --zig -m python/Cargo.toml \
             --target "$target" --compatibility "$compat" -o "$DIST/python"
     done
     "$TOOLS/venv/bin/maturin" sdist -m python/Cargo.toml -o "$DIST/python"
@@ -184,9 +188,12 @@ build_jvm() {
         mkdir -p "$STAGE/jvm/$(jvm_prefix "$target")"
         cp "$STAGE/native/$target/liblapilli_jvm.so" "$STAGE/jvm/$(jvm_prefix "$target")/"
     done
-    # The generated Kotlin comes from this machine's build of the same sources; UniFFI's
-    # checksums depend on the interface only, so it fits every target's library.
-    nice -n 15 mvn -B -q -ntp -f jvm/pom.xml -Prelease -Drelease.natives="$STAGE/jvm" -DskipTests clean package 2>&1 |
+    # The generated Kotlin comes from this machine's build of the same sources (the one
+    # jvm/scripts/test.sh makes: the release-only strip setting is left out so it is shared);
+    # UniFFI's checksums depend on the interface only, so it fits every target's library
+    # (check_library_loads compares them).
+    env -u CARGO_PROFILE_RELEASE_STRIP nice -n 15 mvn -B -q -ntp -f jvm/pom.xml -Prelease \
+        -Drelease.natives="$STAGE/jvm" -DskipTests clean package 2>&1 |
         sed -u 's/\x1b\[0m//g'
     local base="jvm/target/lapilli-$VERSION"
     cp "$base.jar" "$base-sources.jar" "$base-javadoc.jar" "$DIST/jvm/"
@@ -194,8 +201,26 @@ build_jvm() {
     ls "$DIST/jvm"
 }
 
+# macOS and Windows: what the same zig toolchain would need first is a core that compiles
+# there. Reported, not fatal: they are not release targets (README, "Releases and platforms").
+probe_other_os() {
+    step "macOS and Windows (not release targets): does lapilli-core compile for them?"
+    local target errors
+    for target in x86_64-apple-darwin aarch64-apple-darwin x86_64-pc-windows-gnu; do
+        rustup target add "$target" >/dev/null 2>&1 || { echo "  --  $target: no rustup target"; continue; }
+        if errors=$(CARGO_TARGET_DIR=$ROOT/target/release-other-os nice -n 15 cargo check -q -p lapilli-core \
+            --target "$target" 2>&1); then
+            echo "  ??  $target: lapilli-core compiles now; time to add it to TARGETS and the packages"
+        else
+            echo "  --  $target: lapilli-core does not compile ($(grep -c '^error\[' <<<"$errors") errors, e.g." \
+                "$(grep -m1 -o "cannot find [a-z]* \`[a-z_0-9]*\`" <<<"$errors"))"
+        fi
+    done
+}
+
 if [ "$MODE" = build ]; then
     started=$SECONDS
+    probe_other_os
     build_native
     build_python
     build_node
@@ -231,7 +256,7 @@ check_elf() {
     aarch64-*) [ "$machine" = AArch64 ] || fail "$label: built for $machine, not aarch64" ;;
     esac
     needed=$(readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
-    newest=$(objdump -T "$file" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+    newest=$(objdump -T "$file" | { grep -o 'GLIBC_[0-9.]*' || true; } | sed 's/GLIBC_//' | sort -uV | tail -1)
     if [ "${target##*-}" = gnu ]; then
         [ -n "$newest" ] || fail "$label: a glibc build with no glibc symbol versions?"
         [ "$(printf '%s\n%s\n' "$newest" "$GLIBC_MAX" | sort -V | tail -1)" = "$GLIBC_MAX" ] ||
@@ -298,7 +323,7 @@ arm64_sysroot() {
         >"$apt/etc/sources.list.d/debian.sources"
     local opts=(-o "Dir::Etc=$apt/etc" -o "Dir::State=$apt/state" -o "Dir::Cache=$apt/cache"
         -o "Dir::State::status=$apt/state/status" -o APT::Architecture=arm64 -o APT::Architectures::=arm64
-        -o Debug::NoLocking=1 -o quiet=2)
+        -o Debug::NoLocking=1 -o quiet=2 -o APT::Sandbox::User=root)
     apt-get "${opts[@]}" update
     apt-get "${opts[@]}" install -y --download-only --no-install-recommends "${ARM_PACKAGES[@]}" >/dev/null
     rm -rf "$ARM_SYSROOT"
@@ -307,6 +332,28 @@ arm64_sysroot() {
     echo "${ARM_PACKAGES[*]}" >"$ARM_SYSROOT/.packages"
 }
 arm64() { qemu-aarch64 -L "$ARM_SYSROOT" "$@"; }
+
+# A musllinux wheel: its WHEEL file carries the tag, and its extension needs nothing beyond
+# what auditwheel's policy for that tag allows (the ELF check already saw musl, no glibc).
+check_musl_wheel() {
+    local wheel=$1 tag=$2 tags needed
+    tags=$(unzip -p "$wheel" '*.dist-info/WHEEL' | sed -n 's/^Tag: //p' | tr '\n' ' ')
+    [[ " $tags" == *"-$tag "* ]] || fail "${wheel##*/} is tagged $tags, not $tag"
+    needed=$(unzip -p "$wheel" 'lapilli/_lapilli.abi3.so' >"$CHECK/musl-wheel.so" &&
+        readelf -d "$CHECK/musl-wheel.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+    "$TOOLS/venv/bin/python" - "$tag" $needed <<'PY'
+import json, sys
+from importlib.resources import files
+tag, needed = sys.argv[1], sys.argv[2:]
+policies = json.loads(files("auditwheel").joinpath("policy/musllinux-policy.json").read_text())
+name = tag.replace("_x86_64", "").replace("_aarch64", "")
+(policy,) = [p for p in policies if p["name"] == name]
+extra = [n for n in needed if n not in policy["lib_whitelist"]]
+if extra:
+    sys.exit(f"release: {tag} does not allow {extra} (allowed: {policy['lib_whitelist']})")
+PY
+    echo "  ok  ${wheel##*/}: tagged $tag; needs only $needed(auditwheel's $tag policy allows it)"
+}
 
 check_python() {
     step "Python: auditwheel show (each tag); the sdist builds on its own; x86_64 and aarch64 smoke tests"
@@ -317,6 +364,13 @@ check_python() {
         *manylinux_2_17_x86_64*) tag=manylinux_2_17_x86_64 ;; *manylinux_2_17_aarch64*) tag=manylinux_2_17_aarch64 ;;
         *) fail "a wheel with no expected tag: ${wheel##*/}" ;;
         esac
+        if [[ $tag == musllinux* ]]; then
+            # auditwheel show needs a musl host to tell a musl library (it takes the host's libc
+            # for one that names musl's plain `libc.so`): the equivalent check here is the
+            # wheel's own tag plus auditwheel's musllinux_1_2 policy, read from auditwheel.
+            check_musl_wheel "$wheel" "$tag"
+            continue
+        fi
         shown=$("$TOOLS/venv/bin/auditwheel" show "$wheel" 2>&1 | tr -s ' \n' '  ')
         grep -q "consistent with the following platform tag: \"$tag\"" <<<"$shown" ||
             { echo "$shown"; fail "auditwheel does not confirm $tag for ${wheel##*/}"; }
@@ -327,7 +381,7 @@ check_python() {
     # A clean venv, the wheel from dist/ alone: pip must pick the manylinux x86_64 one.
     python3.11 -m venv "$CHECK/py-wheel"
     "$CHECK/py-wheel/bin/pip" install --quiet --no-index --find-links "$DIST/python" --only-binary lapilli lapilli
-    "$CHECK/py-wheel/bin/pip" show -f lapilli | grep -q "_lapilli.abi3.so" || fail "pip installed no extension module"
+    [ -f "$CHECK"/py-wheel/lib/python3.11/site-packages/lapilli/_lapilli.abi3.so ] || fail "pip installed no extension module"
     grep -q 'manylinux_2_17_x86_64' "$CHECK"/py-wheel/lib/python3.11/site-packages/lapilli-*.dist-info/WHEEL ||
         fail "pip did not install the manylinux x86_64 wheel"
     (cd "$CHECK" && py-wheel/bin/python "$ROOT/scripts/release/smoke.py" "$CHECK/py-wheel-store")
@@ -493,7 +547,7 @@ check_library_loads() {
     local musl64=$TOOLS/sysroot-musl-amd64 jar=$DIST/jvm/lapilli-$VERSION.jar
     if [ ! -e "$musl64/lib/ld-musl-x86_64.so.1" ]; then
         mkdir -p "$musl64"
-        (cd "$TOOLS" && rm -f musl_*_amd64.deb && apt-get download -qq musl:amd64 && dpkg-deb -x musl_*_amd64.deb "$musl64")
+        (cd "$TOOLS" && rm -f musl_*_amd64.deb && apt-get download -qq -o APT::Sandbox::User=root musl:amd64 && dpkg-deb -x musl_*_amd64.deb "$musl64")
     fi
     local libs=$CHECK/elf/jar reference="" target out checksums
     checksums=$(nm -D --defined-only "$libs/linux-x86-64/liblapilli_jvm.so" | awk '/uniffi_lapilli_jvm_checksum_/ { print $3 }')
