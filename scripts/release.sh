@@ -476,8 +476,12 @@ check_jvm() {
         [ "$(unzip -Z1 "$DIST/jvm/lapilli-$VERSION-$extra.jar" | grep -c -v '/$')" -gt 2 ] ||
             fail "lapilli-$VERSION-$extra.jar is empty"
     done
-    unzip -Z1 "$DIST/jvm/lapilli-$VERSION-sources.jar" | grep -q '^dev/lapilli/Store.kt$' || fail "sources jar lacks Store.kt"
-    unzip -Z1 "$DIST/jvm/lapilli-$VERSION-javadoc.jar" | grep -q 'index.html$' || fail "javadoc jar has no index.html"
+    # (Listings are read whole first: `unzip | grep -q` fails under pipefail when grep stops early.)
+    local listing
+    listing=$(unzip -Z1 "$DIST/jvm/lapilli-$VERSION-sources.jar")
+    grep -q '^dev/lapilli/Store.kt$' <<<"$listing" || fail "sources jar lacks Store.kt"
+    listing=$(unzip -Z1 "$DIST/jvm/lapilli-$VERSION-javadoc.jar")
+    grep -q 'index.html$' <<<"$listing" || fail "javadoc jar has no index.html"
     # What Maven Central's validation requires of the POM.
     python3 - "$pom" <<'PY'
 import sys, xml.etree.ElementTree as ET
@@ -486,7 +490,7 @@ root = ET.parse(sys.argv[1]).getroot()
 need = ["m:groupId", "m:artifactId", "m:version", "m:name", "m:description", "m:url",
         "m:licenses/m:license/m:name", "m:licenses/m:license/m:url",
         "m:developers/m:developer/m:name", "m:scm/m:url", "m:scm/m:connection"]
-missing = [p for p in need if not (root.findtext(p) or "").strip()]
+missing = [p for p in need if not (root.findtext(p, namespaces=ns) or "").strip()]
 if missing:
     sys.exit(f"release: the POM lacks what Maven Central requires: {', '.join(missing)}")
 PY
