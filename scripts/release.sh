@@ -520,12 +520,12 @@ PY
 check_core_tests() {
     step "Rust core tests built for x86_64-unknown-linux-musl (static), run natively"
     CARGO_TARGET_DIR=$ROOT/target/release-tests CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS= \
-        test_summary "$CHECK/core-musl.log" nice -n 15 cargo zigbuild test -p lapilli-core --target x86_64-unknown-linux-musl
+        test_summary "$CHECK/core-musl.log" nice -n 15 cargo-zigbuild test -p lapilli-core --target x86_64-unknown-linux-musl
     step "Rust core tests built for aarch64-unknown-linux-gnu, run under qemu-aarch64"
     arm64_sysroot
     CARGO_TARGET_DIR=$ROOT/target/release-tests \
         CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $ARM_SYSROOT" \
-        test_summary "$CHECK/core-aarch64.log" nice -n 15 cargo zigbuild test -p lapilli-core --target aarch64-unknown-linux-gnu.2.17
+        test_summary "$CHECK/core-aarch64.log" nice -n 15 cargo-zigbuild test -p lapilli-core --target aarch64-unknown-linux-gnu.2.17
 }
 
 # Runs a cargo test command into LOG; prints the totals, or the log's end and fails.
