@@ -1,10 +1,11 @@
 'use strict'
-// The package's front door: a thin layer over the generated native loader (`index.js`) that
+// The package's front door: a thin layer over the native addon (found by `native.js`) that
 // checks argument types (TypeError naming the argument), maps errors (errors.js), decodes
 // batches into plain event objects and offers async iteration, AbortSignals and disposal
 // (`using` / `await using`). No engine logic lives here.
 
-const native = require('./index.js')
+const { currentPlatform, loadNative } = require('./native.js')
+const native = loadNative(currentPlatform())
 const errors = require('./errors.js')
 const {
   translate,

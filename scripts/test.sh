@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== Release: every package carries the workspace version (scripts/release.sh --versions)"
+bash scripts/release/versions-test.sh
+
 echo "== PostgreSQL: a throwaway server for the Postgres backend's tests (every runtime's)"
 export LAPILLI_PG_STATE="${TMPDIR:-/tmp}/lapilli-pg.$$.state"
 eval "$(bash scripts/postgres.sh start)"

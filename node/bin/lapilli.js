@@ -2,5 +2,6 @@
 // `npx lapilli ...`: the `lapilli` command line (the Rust `lapilli-cli`, linked into this
 // package's native addon), run in this process. Ctrl-C ends it, as Node's default for SIGINT.
 'use strict'
-const native = require('../index.js')
+const { currentPlatform, loadNative } = require('../native.js')
+const native = loadNative(currentPlatform())
 process.exitCode = native.cliMain(['lapilli', ...process.argv.slice(2)])

@@ -69,6 +69,11 @@ test('npx lapilli runs the command line from the packed package', async () => {
     fs.mkdirSync(project)
     fs.writeFileSync(path.join(project, 'package.json'), '{"name":"p","version":"1.0.0","private":true}')
     execFileSync('npm', ['install', '--silent', '--no-audit', '--no-fund', '--offline', path.join(work, packed.split('\n').pop())], { cwd: project })
+    // The main package carries no addon (each platform's is its own package, built by
+    // scripts/release.sh and not published here): the development build stands in for it,
+    // placed where native.js looks first.
+    const addon = fs.readdirSync(packageDir).find((name) => /^lapilli\..+\.node$/.test(name))
+    fs.copyFileSync(path.join(packageDir, addon), path.join(project, 'node_modules', 'lapilli', addon))
     const dir = path.join(work, 'store')
     const store = await Store.open(dir, { durability: 'buffered' })
     await store.append([{ type: 'CourseDefined', tags: ['course:c1'], data: Buffer.from('{}') }])

@@ -40,6 +40,7 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
             if (options.segmentSize < 0) invalid("segmentSize is ${options.segmentSize}; it must not be negative")
             if (options.maxEventBytes < 0) invalid("maxEventBytes is ${options.maxEventBytes}; it must not be negative")
             val ffi = FfiOptions(options.durability.wire, options.segmentSize.toULong(), options.maxEventBytes.toULong())
+            NativeLibrary.select()
             return Store(ffiCall("store", null) { FfiStore.open(path, ffi) })
         }
 
@@ -54,7 +55,10 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
          * directory raises [LapilliException.Io].
          */
         @JvmStatic
-        fun openReadOnly(path: String): Store = Store(ffiCall("store", null) { FfiStore.openReadOnly(path) })
+        fun openReadOnly(path: String): Store {
+            NativeLibrary.select()
+            return Store(ffiCall("store", null) { FfiStore.openReadOnly(path) })
+        }
 
         @JvmStatic
         fun openReadOnly(path: Path): Store = openReadOnly(path.toString())
