@@ -122,9 +122,8 @@ class ConcurrencyTest {
         // Whatever was cancelled, every committed append is whole: its two events sit side by side.
         // The read's own head, not store.head(): a cancelled append may still be queued and
         // commit between the read and a later head() (600 events read, head 602, seen once).
-        val read = store.read(Query.all())
-        val events = read.toList()
-        assertEquals(read.head, events.size.toLong())
+        val (head, events) = store.read(Query.all()).use { read -> read.head to read.toList() }
+        assertEquals(head, events.size.toLong())
         assertEquals(0, events.size % 2)
         events.chunked(2).forEach { (a, b) ->
             assertEquals(a.tags.first { it.startsWith("c:") }, b.tags.first { it.startsWith("c:") })
