@@ -79,6 +79,18 @@ def check_format(store: Path) -> str:
     return ""
 
 
+def read_back(run: dict, reader: str, store: str, expected: list, what: str) -> bool:
+    """Reads `store` through `reader`, prints ok or FAIL with the first difference, and says which."""
+    out = subprocess.run(run[reader] + ["read", store], check=True, capture_output=True, text=True).stdout
+    got = [json.loads(line) for line in out.splitlines() if line.strip()]
+    if got == expected:
+        print(f"ok   {what}: {len(got)} events byte-identical")
+        return True
+    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    print(f"FAIL {what}: {len(got)} events, first difference at index {first}")
+    return False
+
+
 def main() -> int:
     runtimes = sys.argv[1:] or ["rust", "python", "node", "kotlin"]
     run = commands(runtimes)
@@ -93,15 +105,8 @@ def main() -> int:
                 print(f"FAIL format of the store {writer} wrote: {problem}")
                 failed += 1
             for reader in runtimes:
-                out = subprocess.run(run[reader] + ["read", str(store)], check=True, capture_output=True, text=True).stdout
-                got = [json.loads(line) for line in out.splitlines() if line.strip()]
-                if got == expected:
-                    passed += 1
-                    print(f"ok   {writer} wrote, {reader} read: {len(got)} events byte-identical")
-                else:
-                    failed += 1
-                    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-                    print(f"FAIL {writer} wrote, {reader} read: {len(got)} events, first difference at index {first}")
+                ok = read_back(run, reader, str(store), expected, f"{writer} wrote, {reader} read")
+                passed, failed = passed + ok, failed + (not ok)
     # The same on the PostgreSQL backend when a server is given: each writer into a fresh
     # context, read by every runtime (no file format to check there).
     url = os.environ.get("LAPILLI_TEST_POSTGRES_URL")
@@ -111,15 +116,8 @@ def main() -> int:
             store = f"{url}{separator}context=interop_{os.getpid()}_{time.time_ns() // 1000 % 10**9}_{writer}"
             subprocess.run(run[writer] + ["write", store, str(EVENTS)], check=True)
             for reader in runtimes:
-                out = subprocess.run(run[reader] + ["read", store], check=True, capture_output=True, text=True).stdout
-                got = [json.loads(line) for line in out.splitlines() if line.strip()]
-                if got == expected:
-                    passed += 1
-                    print(f"ok   {writer} wrote, {reader} read, on Postgres: {len(got)} events byte-identical")
-                else:
-                    failed += 1
-                    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-                    print(f"FAIL {writer} wrote, {reader} read, on Postgres: {len(got)} events, first difference at index {first}")
+                ok = read_back(run, reader, store, expected, f"{writer} wrote, {reader} read, on Postgres")
+                passed, failed = passed + ok, failed + (not ok)
     elif os.environ.get("LAPILLI_REQUIRE_POSTGRES"):
         print("FAIL LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not")
         failed += 1
