@@ -4,11 +4,14 @@
 #   scripts/postgres.sh start   install PostgreSQL from Debian if missing, create a cluster in a
 #                               temporary directory, start it on 127.0.0.1 and a free port
 #                               (fsync=on, synchronous_commit=on, as the contract's durability
-#                               needs), print the export line of LAPILLI_TEST_POSTGRES_URL
-#   scripts/postgres.sh env     print that export line again for the running cluster
-#   scripts/postgres.sh stop    stop the cluster and remove its directory
-#   scripts/postgres.sh kill    SIGKILL the server (the server-kill test's crash)
-#   scripts/postgres.sh restart start it again on the same directory and port
+#                               needs), and a PgBouncer in transaction pooling mode in front of
+#                               it on another free port (installed from Debian if missing); print
+#                               the export lines of LAPILLI_TEST_POSTGRES_URL and
+#                               LAPILLI_TEST_PGBOUNCER_URL
+#   scripts/postgres.sh env     print those export lines again for the running cluster
+#   scripts/postgres.sh stop    stop the pooler and the cluster and remove their directory
+#   scripts/postgres.sh kill    SIGKILL the server (the server-kill test's crash); the pooler stays
+#   scripts/postgres.sh restart start the server again on the same directory and port
 #
 # Usage from a script: eval "$(scripts/postgres.sh start)"; trap 'scripts/postgres.sh stop' EXIT
 #
@@ -44,6 +47,58 @@ url_of() {
   echo "postgresql://lapilli@127.0.0.1:$1/lapilli"
 }
 
+exports() {
+  echo "export LAPILLI_TEST_POSTGRES_URL=$(url_of "$port")"
+  echo "export LAPILLI_TEST_PGBOUNCER_URL=$(url_of "$bouncer_port")"
+}
+
+pgbouncer_bin() {
+  if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+    echo "PgBouncer is not installed: installing it from Debian's packages" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq pgbouncer >&2
+  fi
+  command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer
+}
+
+# PgBouncer in transaction pooling mode (a server connection is lent for one transaction only,
+# so a LISTEN does not outlive its statement) in front of the cluster. The cluster trusts every
+# local connection (initdb --auth=trust), so the pooler trusts its clients too; trust still
+# needs the user in auth_file.
+start_pgbouncer() {
+  local dir=$root/pgbouncer
+  as_postgres mkdir "$dir"
+  as_postgres tee "$dir/userlist.txt" >/dev/null <<<'"lapilli" ""'
+  as_postgres tee "$dir/pgbouncer.ini" >/dev/null <<EOF_INI
+[databases]
+lapilli = host=127.0.0.1 port=$port dbname=lapilli user=lapilli
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/userlist.txt
+pool_mode = transaction
+max_client_conn = 400
+default_pool_size = 40
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF_INI
+  as_postgres "$(pgbouncer_bin)" -d "$dir/pgbouncer.ini" >&2
+  # -d returns once it has forked; wait until the port answers.
+  for _ in $(seq 1 100); do
+    if python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$bouncer_port" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "PgBouncer did not start; its log:" >&2
+  cat "$dir/pgbouncer.log" >&2 || true
+  exit 1
+}
+
 pg_ctl_run() {
   # shellcheck disable=SC1090
   . "$state"
@@ -64,16 +119,18 @@ case "${1:-}" in
     chown postgres "$root"
     data=$root/data
     port=$(free_port)
+    bouncer_port=$(free_port)
     as_postgres "$bin/initdb" -D "$data" -U lapilli --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
-    printf 'bin=%q\ndata=%q\nport=%q\nroot=%q\n' "$bin" "$data" "$port" "$root" > "$state"
+    printf 'bin=%q\ndata=%q\nport=%q\nbouncer_port=%q\nroot=%q\n' "$bin" "$data" "$port" "$bouncer_port" "$root" > "$state"
     pg_ctl_run start
     as_postgres "$bin/createdb" -h 127.0.0.1 -p "$port" -U lapilli lapilli
-    echo "export LAPILLI_TEST_POSTGRES_URL=$(url_of "$port")"
+    start_pgbouncer
+    exports
     ;;
   env)
     # shellcheck disable=SC1090
     . "$state"
-    echo "export LAPILLI_TEST_POSTGRES_URL=$(url_of "$port")"
+    exports
     ;;
   kill)
     # shellcheck disable=SC1090
@@ -96,6 +153,9 @@ case "${1:-}" in
     [ -f "$state" ] || exit 0
     # shellcheck disable=SC1090
     . "$state"
+    if [ -f "$root/pgbouncer/pgbouncer.pid" ]; then
+      kill -TERM "$(cat "$root/pgbouncer/pgbouncer.pid")" 2>/dev/null || true
+    fi
     as_postgres "$bin/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
     rm -rf "$root" "$state"
     ;;

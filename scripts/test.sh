@@ -7,12 +7,13 @@ cd "$(dirname "$0")/.."
 echo "== Release: every package carries the workspace version (scripts/release.sh --versions)"
 bash scripts/release/versions-test.sh
 
-echo "== PostgreSQL: a throwaway server for the Postgres backend's tests (every runtime's)"
+echo "== PostgreSQL: a throwaway server and a PgBouncer in front of it for the Postgres backend's tests (every runtime's)"
 export LAPILLI_PG_STATE="${TMPDIR:-/tmp}/lapilli-pg.$$.state"
 eval "$(bash scripts/postgres.sh start)"
 trap 'bash scripts/postgres.sh stop' EXIT
-# From here a Postgres test that cannot find the server fails instead of skipping, and the
-# server-kill test may kill this server.
+# From here a Postgres test that cannot find the server or the pooler
+# (LAPILLI_TEST_PGBOUNCER_URL, core/tests/postgres_pooler.rs) fails instead of skipping, and
+# the server-kill test may kill this server.
 export LAPILLI_REQUIRE_POSTGRES=1 LAPILLI_TEST_POSTGRES_KILL=1
 
 echo "== Rust: lapilli-core (unit, integration, conformance on both backends, doc tests)"

@@ -179,10 +179,15 @@ fn reads_of_large_events_are_exact_across_byte_bounded_pages() {
 /// ("unsupported startup parameter: options" up to 1.19; from 1.20 every `-c` of a parameter it
 /// does not track): no connection could be made at all. Runs when
 /// `LAPILLI_TEST_PGBOUNCER_URL` names a PgBouncer (transaction pooling) in front of the test
-/// server; skipped otherwise.
+/// server (`scripts/postgres.sh start` starts one); skipped otherwise, unless
+/// `LAPILLI_REQUIRE_POSTGRES` is set.
 #[test]
 fn a_store_opens_appends_and_reads_through_pgbouncer() {
     let Some(bouncer) = std::env::var("LAPILLI_TEST_PGBOUNCER_URL").ok().filter(|u| !u.is_empty()) else {
+        assert!(
+            std::env::var_os("LAPILLI_REQUIRE_POSTGRES").is_none(),
+            "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_PGBOUNCER_URL is not (scripts/postgres.sh start)"
+        );
         eprintln!("skipped: LAPILLI_TEST_PGBOUNCER_URL is not set");
         return;
     };
