@@ -96,10 +96,11 @@ impl PgShared {
         }
     }
 
-    pub fn give_back(&self, client: Client) {
+    pub fn give_back(&self, mut client: Client) {
         if client.is_closed() {
             return;
         }
+        discard_notifications(&mut client);
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         if pool.len() < POOLED_CONNECTIONS {
             pool.push(client);
@@ -399,4 +400,15 @@ mod tests {
             assert!(!err.message().contains("pw@"), "the password leaked: {}", err.message());
         }
     }
+}
+
+/// Drops the notifications buffered on a connection that never listens (a read's, the
+/// writer's). Through a pooler in transaction mode such a connection can be lent a server
+/// connection that a listener's LISTEN left registered, and then receives its NOTIFYs; the
+/// driver buffers them without limit and only a listener ever takes them, so a pooled handle's
+/// memory grew with every commit of the context (seen in PgBouncer 1.18's log as notifications
+/// arriving on other clients' transactions).
+pub(crate) fn discard_notifications(client: &mut Client) {
+    // The non-blocking iterator yields what is buffered or already readable, never waits.
+    let _ = postgres::fallible_iterator::FallibleIterator::count(client.notifications().iter());
 }

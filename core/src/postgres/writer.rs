@@ -152,6 +152,7 @@ impl PgWriter {
             })?);
         }
         let client = self.client.as_mut().expect("connected above");
+        super::discard_notifications(client);
         let mut tx = client.transaction().map_err(|e| {
             let closed = connection_gone(&e);
             Failed { stale_connection: reused && closed, ..not_committed("cannot begin", &e) }
