@@ -7,35 +7,14 @@
 
 mod common;
 
+use common::postgres::{context_url, database_url, fresh_context};
+
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 use std::time::Duration;
 
 use common::Rng;
 use lapilli_core::{AppendCondition, ErrorKind, Event, Next, Options, Position, Query, ReadOptions, Store};
-
-fn database_url() -> Option<String> {
-    let url = std::env::var("LAPILLI_TEST_POSTGRES_URL").ok().filter(|url| !url.is_empty());
-    if url.is_none() {
-        assert!(
-            std::env::var_os("LAPILLI_REQUIRE_POSTGRES").is_none(),
-            "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not (scripts/postgres.sh start)"
-        );
-        eprintln!("skipped: LAPILLI_TEST_POSTGRES_URL is not set");
-    }
-    url
-}
-
-/// A context name no earlier run used.
-fn fresh_context(prefix: &str) -> String {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
-    format!("{prefix}_{}_{}", std::process::id(), stamp % 1_000_000_000)
-}
-
-fn context_url(base: &str, context: &str) -> String {
-    let separator = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{separator}context={context}")
-}
 
 #[test]
 fn opening_a_url_opens_a_context_and_paths_stay_paths() {

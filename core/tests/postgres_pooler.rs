@@ -11,32 +11,19 @@
 //! ("got packet 'A' from server when not linked" in its log). So the listener's LISTEN
 //! succeeds, it never hears a notification, and it follows commits by its head poll alone.
 
+mod common;
+
+use common::postgres::{database_url, fresh_context, url_from};
+
 use std::time::{Duration, Instant};
 
 use postgres::fallible_iterator::FallibleIterator;
 
 use lapilli_core::{Event, Next, Options, Position, Query, Store};
 
-fn url(variable: &str) -> Option<String> {
-    let url = std::env::var(variable).ok().filter(|url| !url.is_empty());
-    if url.is_none() {
-        assert!(
-            std::env::var_os("LAPILLI_REQUIRE_POSTGRES").is_none(),
-            "LAPILLI_REQUIRE_POSTGRES is set but {variable} is not (scripts/postgres.sh start)"
-        );
-        eprintln!("skipped: {variable} is not set");
-    }
-    url
-}
-
 /// The direct server's URL and the pooler's, or `None` (skipped) when either is missing.
 fn urls() -> Option<(String, String)> {
-    Some((url("LAPILLI_TEST_POSTGRES_URL")?, url("LAPILLI_TEST_PGBOUNCER_URL")?))
-}
-
-fn fresh_context(prefix: &str) -> String {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}_{}_{}", std::process::id(), stamp % 1_000_000_000_000)
+    Some((database_url()?, url_from("LAPILLI_TEST_PGBOUNCER_URL")?))
 }
 
 fn open(base: &str, context: &str, extra: &str) -> Store {

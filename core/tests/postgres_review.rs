@@ -3,6 +3,10 @@
 //! (`scripts/postgres.sh start`); without it every test says it was skipped, unless
 //! `LAPILLI_REQUIRE_POSTGRES` is set.
 
+mod common;
+
+use common::postgres::{context_url, database_url, fresh_context};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -11,29 +15,6 @@ use lapilli_core::{
     AppendCondition, ErrorKind, Event, Next, Options, PendingAppend, Position, Query, QueryItem, ReadOptions, SequencedEvent,
     Store,
 };
-
-fn database_url() -> Option<String> {
-    let url = std::env::var("LAPILLI_TEST_POSTGRES_URL").ok().filter(|url| !url.is_empty());
-    if url.is_none() {
-        assert!(
-            std::env::var_os("LAPILLI_REQUIRE_POSTGRES").is_none(),
-            "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not (scripts/postgres.sh start)"
-        );
-        eprintln!("skipped: LAPILLI_TEST_POSTGRES_URL is not set");
-    }
-    url
-}
-
-/// A context name no earlier run used.
-fn fresh_context(prefix: &str) -> String {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}_{}_{}", std::process::id(), stamp % 1_000_000_000_000)
-}
-
-fn context_url(base: &str, context: &str) -> String {
-    let separator = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{separator}context={context}")
-}
 
 fn open_fresh(base: &str, prefix: &str) -> (String, Store) {
     let url = context_url(base, &fresh_context(prefix));

@@ -3,25 +3,14 @@
 //! (`scripts/postgres.sh start`); without it every test says it was skipped, unless
 //! `LAPILLI_REQUIRE_POSTGRES` is set.
 
+mod common;
+
+use common::postgres::{context_url, database_url, fresh_context, url_from};
+
 use lapilli_core::{Event, Options, Position, Query, QueryItem, ReadOptions, SequencedEvent, Store};
 
-fn database_url() -> Option<String> {
-    let url = std::env::var("LAPILLI_TEST_POSTGRES_URL").ok().filter(|url| !url.is_empty());
-    if url.is_none() {
-        assert!(
-            std::env::var_os("LAPILLI_REQUIRE_POSTGRES").is_none(),
-            "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not (scripts/postgres.sh start)"
-        );
-        eprintln!("skipped: LAPILLI_TEST_POSTGRES_URL is not set");
-    }
-    url
-}
-
 fn open_fresh(base: &str, prefix: &str) -> Store {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let context = format!("{prefix}_{}_{}", std::process::id(), stamp % 1_000_000_000_000);
-    let separator = if base.contains('?') { '&' } else { '?' };
-    Store::open(format!("{base}{separator}context={context}"), Options::default()).unwrap()
+    Store::open(context_url(base, &fresh_context(prefix)), Options::default()).unwrap()
 }
 
 /// `query` against a read event: the model the backend's SQL must agree with.
@@ -183,14 +172,7 @@ fn reads_of_large_events_are_exact_across_byte_bounded_pages() {
 /// `LAPILLI_REQUIRE_POSTGRES` is set.
 #[test]
 fn a_store_opens_appends_and_reads_through_pgbouncer() {
-    let Some(bouncer) = std::env::var("LAPILLI_TEST_PGBOUNCER_URL").ok().filter(|u| !u.is_empty()) else {
-        assert!(
-            std::env::var_os("LAPILLI_REQUIRE_POSTGRES").is_none(),
-            "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_PGBOUNCER_URL is not (scripts/postgres.sh start)"
-        );
-        eprintln!("skipped: LAPILLI_TEST_PGBOUNCER_URL is not set");
-        return;
-    };
+    let Some(bouncer) = url_from("LAPILLI_TEST_PGBOUNCER_URL") else { return };
     let store = open_fresh(&bouncer, "bouncer");
     let key = Query::for_tags(["order:1"]);
     store.append(vec![Event::new("Placed", ["order:1"], vec![1])], None).unwrap();

@@ -2,6 +2,8 @@
 //! every run of a seed is the same run), directory fingerprints and small constructors.
 #![allow(dead_code)]
 
+pub mod postgres;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
