@@ -9,6 +9,10 @@
 //! promises of all returned events: tags sorted, `recorded_at` non-decreasing with position. A
 //! scenario with an unknown op or field fails, so a misspelt expectation cannot pass silently.
 
+mod common;
+
+use common::postgres::database_url;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -41,19 +45,10 @@ fn conformance_scenarios() {
 /// (`scripts/test.sh` sets both).
 #[test]
 fn conformance_scenarios_postgres() {
-    if postgres_url().is_none() {
-        assert!(
-            std::env::var_os("LAPILLI_REQUIRE_POSTGRES").is_none(),
-            "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not (scripts/postgres.sh start)"
-        );
-        eprintln!("skipped: LAPILLI_TEST_POSTGRES_URL is not set");
+    if database_url().is_none() {
         return;
     }
     run_scenarios(Backend::Postgres);
-}
-
-fn postgres_url() -> Option<String> {
-    std::env::var("LAPILLI_TEST_POSTGRES_URL").ok().filter(|url| !url.is_empty())
 }
 
 fn run_scenarios(backend: Backend) {
@@ -157,7 +152,7 @@ fn run_file(path: &Path, backend: Backend) -> Outcome<Ran> {
 /// The test database's URL with a context no earlier run used.
 fn fresh_context_url(scenario: &Path) -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let url = postgres_url().expect("checked by the caller");
+    let url = database_url().expect("checked by the caller");
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let stem: String = scenario
