@@ -205,7 +205,7 @@ pub(crate) fn stats(published: &Published, dir: &Path, read_only: bool) -> Resul
     let counters = &published.counters;
     let relaxed = std::sync::atomic::Ordering::Relaxed;
     let head = published.head();
-    let events_appended = counters.events_appended.load(relaxed);
+    let events_appended = counters.events_appended();
     let group_commits = published.commit_groups.load(relaxed);
     let segments = {
         let entries = published.segments.load();
@@ -226,19 +226,19 @@ pub(crate) fn stats(published: &Published, dir: &Path, read_only: bool) -> Resul
     Ok(Stats {
         head,
         events_appended,
-        bytes_appended: counters.bytes_appended.load(relaxed),
+        bytes_appended: counters.bytes_appended(),
         group_commits,
         events_per_commit_mean: if group_commits == 0 { 0.0 } else { events_appended as f64 / group_commits as f64 },
-        events_per_commit_max: counters.events_per_commit_max.load(relaxed),
+        events_per_commit_max: counters.events_per_commit_max(),
         fsyncs: counters.fsync_micros.count(),
         fsync_p50_micros: counters.fsync_micros.quantile(0.50),
         fsync_p99_micros: counters.fsync_micros.quantile(0.99),
         fsync_max_micros: counters.fsync_micros.max(),
-        queue_depth: counters.queue_depth.load(relaxed),
-        queue_depth_max: counters.queue_depth_max.load(relaxed),
+        queue_depth: counters.queue_depth(),
+        queue_depth_max: counters.queue_depth_max(),
         segments,
         index_bytes: index_bytes(dir),
-        subscriptions: counters.subscriptions.load(relaxed),
+        subscriptions: counters.subscriptions(),
         follower_lag_positions,
         follower_lag_millis,
     })

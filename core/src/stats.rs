@@ -1,6 +1,13 @@
-//! Statistics a handle keeps about itself, always on: relaxed atomics bumped by the writer once
-//! per group (and by callers once per request), and a fixed-size histogram of fsync latencies.
-//! [`crate::Store::stats`] reads them into a [`Stats`].
+//! Statistics a handle keeps about itself, always on: one relaxed add per request by its caller,
+//! and per group plain stores by the writer thread (the only thread that writes them) into
+//! counters and a fixed-size histogram of fsync latencies. [`crate::Store::stats`] reads them
+//! into a [`Stats`].
+//!
+//! Why so careful: appends are a few microseconds of CPU when durability is buffered, and a
+//! contended read-modify-write on a cache line another core also writes costs a cross-core
+//! transfer each time. The first version (two RMWs per caller, a CAS loop and three RMWs per
+//! group, beside `head`) cost 9 to 15 % of the CPU-bound write cells
+//! (`bench/results/stats-cost-2026-12-01.md`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -53,7 +60,8 @@ const SUB_BUCKETS: u64 = 8;
 const BUCKETS: usize = (LINEAR_MICROS + (44 - 4) * SUB_BUCKETS) as usize;
 
 /// A fixed-size latency histogram (log-linear buckets of microseconds) that one thread records
-/// into and any thread reads, without locks. Recording costs two relaxed adds and a `fetch_max`.
+/// into and any thread reads, without locks. Recording is three relaxed loads and stores: only
+/// the one recording thread (a handle's writer) ever writes it.
 pub(crate) struct LatencyHistogram {
     buckets: Box<[AtomicU64]>,
     count: AtomicU64,
@@ -92,10 +100,13 @@ fn bucket_upper(i: usize) -> u64 {
 }
 
 impl LatencyHistogram {
+    /// Only ever called from one thread at a time (the handle's writer).
     pub fn record(&self, micros: u64) {
-        self.buckets[bucket_of(micros)].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.max.fetch_max(micros, Ordering::Relaxed);
+        bump(&self.buckets[bucket_of(micros)], 1);
+        bump(&self.count, 1);
+        if micros > self.max.load(Ordering::Relaxed) {
+            self.max.store(micros, Ordering::Relaxed);
+        }
     }
 
     pub fn count(&self) -> u64 {
@@ -126,36 +137,107 @@ impl LatencyHistogram {
     }
 }
 
-/// The counters behind [`Stats`] that the writer and callers bump.
+/// `counter += n` for a counter only one thread writes: a relaxed load and store, no locked
+/// read-modify-write. Readers on other threads see the old or the new value, never a torn one.
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// The counters behind [`Stats`]. Callers touch only `enqueued`; the writer thread is the only
+/// writer of everything in [`WriterCounters`]. Each side has its own cache lines (128 bytes: a
+/// pair of 64-byte lines, which adjacent-line prefetch moves together), apart from `head` and
+/// from each other.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub events_appended: AtomicU64,
-    pub bytes_appended: AtomicU64,
-    pub events_per_commit_max: AtomicU64,
+    callers: CallerCounters,
+    writer: WriterCounters,
     pub fsync_micros: LatencyHistogram,
-    pub queue_depth: AtomicU64,
-    pub queue_depth_max: AtomicU64,
-    pub subscriptions: AtomicU64,
+}
+
+#[derive(Default)]
+#[repr(align(128))]
+struct CallerCounters {
+    /// Requests callers handed to the writer's queue since open.
+    enqueued: AtomicU64,
+    /// Subscriptions opened minus closed (rare; any thread).
+    subscriptions: AtomicU64,
+}
+
+#[derive(Default)]
+#[repr(align(128))]
+struct WriterCounters {
+    /// Requests the writer took off its queue since open.
+    dequeued: AtomicU64,
+    /// The most requests waiting when the writer took a group.
+    queue_depth_max: AtomicU64,
+    events_appended: AtomicU64,
+    bytes_appended: AtomicU64,
+    events_per_commit_max: AtomicU64,
 }
 
 impl Counters {
-    /// A caller handed a request to the writer's queue.
+    /// A caller is handing a request to the writer's queue (called before the send, so the
+    /// writer never takes a request it has not seen counted).
     pub fn enqueued(&self) {
-        let depth = self.queue_depth.fetch_add(1, Ordering::Relaxed) + 1;
-        self.queue_depth_max.fetch_max(depth, Ordering::Relaxed);
+        self.callers.enqueued.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The writer took `n` requests off its queue.
+    /// The writer took `n` requests off its queue. Between two takes the queue only grows, so
+    /// its depth peaks just before a take: measured here, the maximum is exact up to requests
+    /// that arrived while the group was being taken. Writer thread only.
     pub fn dequeued(&self, n: u64) {
-        // Saturating: a request whose send failed (writer gone) was counted but never taken.
-        let _ = self.queue_depth.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(n)));
+        let taken_before = self.writer.dequeued.load(Ordering::Relaxed);
+        let waiting = self.callers.enqueued.load(Ordering::Relaxed).saturating_sub(taken_before);
+        if waiting > self.writer.queue_depth_max.load(Ordering::Relaxed) {
+            self.writer.queue_depth_max.store(waiting, Ordering::Relaxed);
+        }
+        bump(&self.writer.dequeued, n);
     }
 
-    /// The writer committed a group of `events` events in `bytes` log bytes.
+    /// The writer committed a group of `events` events in `bytes` log bytes. Writer thread only.
     pub fn committed(&self, events: u64, bytes: u64) {
-        self.events_appended.fetch_add(events, Ordering::Relaxed);
-        self.bytes_appended.fetch_add(bytes, Ordering::Relaxed);
-        self.events_per_commit_max.fetch_max(events, Ordering::Relaxed);
+        bump(&self.writer.events_appended, events);
+        bump(&self.writer.bytes_appended, bytes);
+        if events > self.writer.events_per_commit_max.load(Ordering::Relaxed) {
+            self.writer.events_per_commit_max.store(events, Ordering::Relaxed);
+        }
+    }
+
+    pub fn subscription_opened(&self) {
+        self.callers.subscriptions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn subscription_closed(&self) {
+        self.callers.subscriptions.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn subscriptions(&self) -> u64 {
+        self.callers.subscriptions.load(Ordering::Relaxed)
+    }
+
+    /// Requests handed to the writer and not yet taken. (A request whose send found the writer
+    /// gone stays counted; `stats()` on a closed handle answers `Closed` anyway.)
+    pub fn queue_depth(&self) -> u64 {
+        // Dequeued first: a take between the two loads can then only make the answer larger,
+        // never wrap below zero.
+        let taken = self.writer.dequeued.load(Ordering::Relaxed);
+        self.callers.enqueued.load(Ordering::Relaxed).saturating_sub(taken)
+    }
+
+    pub fn queue_depth_max(&self) -> u64 {
+        self.writer.queue_depth_max.load(Ordering::Relaxed)
+    }
+
+    pub fn events_appended(&self) -> u64 {
+        self.writer.events_appended.load(Ordering::Relaxed)
+    }
+
+    pub fn bytes_appended(&self) -> u64 {
+        self.writer.bytes_appended.load(Ordering::Relaxed)
+    }
+
+    pub fn events_per_commit_max(&self) -> u64 {
+        self.writer.events_per_commit_max.load(Ordering::Relaxed)
     }
 }
 

@@ -239,7 +239,7 @@ impl Subscription {
         if after.get() > head {
             return Err(Error::invalid(format!("after is {after}; the head is {head}")));
         }
-        published.counters.subscriptions.fetch_add(1, Ordering::Relaxed);
+        published.counters.subscription_opened();
         Ok(Subscription {
             published,
             query,
@@ -433,7 +433,7 @@ impl Subscription {
     /// Ends the subscription; a consumer blocked in `next` wakes with `Ended`.
     pub fn close(&self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
-            self.published.counters.subscriptions.fetch_sub(1, Ordering::Relaxed);
+            self.published.counters.subscription_closed();
         }
         self.published.notifier.closed(&self.interest);
     }
