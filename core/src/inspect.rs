@@ -223,6 +223,7 @@ pub(crate) fn stats(published: &Published, dir: &Path, read_only: bool) -> Resul
     } else {
         (None, None)
     };
+    let [fsync_p50, fsync_p99] = counters.fsync_micros.quantiles([0.50, 0.99]);
     Ok(Stats {
         head,
         events_appended,
@@ -231,8 +232,8 @@ pub(crate) fn stats(published: &Published, dir: &Path, read_only: bool) -> Resul
         events_per_commit_mean: if group_commits == 0 { 0.0 } else { events_appended as f64 / group_commits as f64 },
         events_per_commit_max: counters.events_per_commit_max(),
         fsyncs: counters.fsync_micros.count(),
-        fsync_p50_micros: counters.fsync_micros.quantile(0.50),
-        fsync_p99_micros: counters.fsync_micros.quantile(0.99),
+        fsync_p50_micros: fsync_p50,
+        fsync_p99_micros: fsync_p99,
         fsync_max_micros: counters.fsync_micros.max(),
         queue_depth: counters.queue_depth(),
         queue_depth_max: counters.queue_depth_max(),

@@ -36,7 +36,8 @@ pub struct Stats {
     pub fsync_p99_micros: u64,
     /// The slowest fsync, exact.
     pub fsync_max_micros: u64,
-    /// Appends handed to the writer and not yet taken into a group, now and at most so far.
+    /// Appends handed to the writer and not yet taken into a group, now and at most so far (the
+    /// maximum is sampled each time the writer takes a group, and is never below the depth now).
     pub queue_depth: u64,
     pub queue_depth_max: u64,
     /// Segment files of the log this handle sees.
@@ -120,7 +121,18 @@ impl LatencyHistogram {
     /// The upper bound of the bucket holding the `quantile` (0..=1) of the values recorded, never
     /// above the exact maximum; 0 with nothing recorded.
     pub fn quantile(&self, quantile: f64) -> u64 {
+        self.quantiles([quantile])[0]
+    }
+
+    /// Several quantiles from one snapshot of the buckets, so that they are in order even
+    /// while the writer records (two snapshots could give a p50 above the p99).
+    pub fn quantiles<const N: usize>(&self, quantiles: [f64; N]) -> [u64; N] {
         let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let max = self.max();
+        quantiles.map(|quantile| Self::quantile_of(&counts, max, quantile))
+    }
+
+    fn quantile_of(counts: &[u64], max: u64, quantile: f64) -> u64 {
         let total: u64 = counts.iter().sum();
         if total == 0 {
             return 0;
@@ -130,16 +142,16 @@ impl LatencyHistogram {
         for (i, count) in counts.iter().enumerate() {
             seen += count;
             if seen >= rank {
-                return bucket_upper(i).min(self.max());
+                return bucket_upper(i).min(max);
             }
         }
-        self.max()
+        max
     }
 }
 
 /// `counter += n` for a counter only one thread writes: a relaxed load and store, no locked
 /// read-modify-write. Readers on other threads see the old or the new value, never a torn one.
-fn bump(counter: &AtomicU64, n: u64) {
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
@@ -191,7 +203,10 @@ impl Counters {
         if waiting > self.writer.queue_depth_max.load(Ordering::Relaxed) {
             self.writer.queue_depth_max.store(waiting, Ordering::Relaxed);
         }
-        bump(&self.writer.dequeued, n);
+        // Release: a reader that sees this take also sees the `enqueued` adds of the requests
+        // taken (see `queue_depth`).
+        let dequeued = &self.writer.dequeued;
+        dequeued.store(dequeued.load(Ordering::Relaxed).wrapping_add(n), Ordering::Release);
     }
 
     /// The writer committed a group of `events` events in `bytes` log bytes. Writer thread only.
@@ -218,14 +233,19 @@ impl Counters {
     /// Requests handed to the writer and not yet taken. (A request whose send found the writer
     /// gone stays counted; `stats()` on a closed handle answers `Closed` anyway.)
     pub fn queue_depth(&self) -> u64 {
-        // Dequeued first: a take between the two loads can then only make the answer larger,
-        // never wrap below zero.
-        let taken = self.writer.dequeued.load(Ordering::Relaxed);
+        // Dequeued first, with Acquire (paired with the writer's Release): every request it
+        // counts was counted in `enqueued` before, so the difference is never below zero
+        // (`saturating_sub` only as a guard).
+        let taken = self.writer.dequeued.load(Ordering::Acquire);
         self.callers.enqueued.load(Ordering::Relaxed).saturating_sub(taken)
     }
 
+    /// The most requests that waited at once. Sampled when the writer takes a group; while
+    /// the writer is still busy with one (a long fsync, a lock wait on Postgres) the queue can
+    /// already be deeper than any take saw, so the current depth counts too: the maximum is
+    /// never below what `queue_depth` says.
     pub fn queue_depth_max(&self) -> u64 {
-        self.writer.queue_depth_max.load(Ordering::Relaxed)
+        self.writer.queue_depth_max.load(Ordering::Relaxed).max(self.queue_depth())
     }
 
     pub fn events_appended(&self) -> u64 {

@@ -243,9 +243,11 @@ impl Writer {
                 let view = EventView::decode(position, &commit.bytes[start + FRAME_LEN..end])
                     .expect("staged events were encoded by us");
                 staged.add(&view);
-                self.published.staged_events_indexed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             commit.event_frames.push(start);
+        }
+        if commit.staged.is_some() {
+            crate::stats::bump(&self.published.staged_events_indexed, count as u64);
         }
         let marker_start = commit.bytes.len();
         commit.bytes.extend_from_slice(&[0u8; FRAME_LEN]);
@@ -301,7 +303,8 @@ impl Writer {
             self.published.counters.fsync_micros.record(started.elapsed().as_micros() as u64);
         }
         crate::fault::crash_point("commit.after_fsync");
-        self.published.commit_groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Only this thread writes it: a plain store, not a locked add (see `stats::bump`).
+        crate::stats::bump(&self.published.commit_groups, 1);
         self.published.counters.committed(staged.event_frames.len() as u64, staged.bytes.len() as u64);
         let segment_offset = self.active.end;
         let segment_base = self.active_entry.base;
