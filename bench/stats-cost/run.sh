@@ -44,18 +44,39 @@ done
 rm -rf "$DATA"
 
 python3 - "$WORK/with.jsonl" "$WORK/without.jsonl" "$ROUNDS" "$SECS" "$BASE" <<'PY'
-import json, statistics, sys
+import json, random, statistics, sys
 def load(path):
     cells = {}
     for line in open(path):
         row = json.loads(line)
-        cells.setdefault(row["cell"], []).append(row["events_per_s"])
+        cells.setdefault(row["cell"], []).append(row)
     return cells
+def paired(a, b):
+    """The median of the per-round ratios (each round runs both sides back to back) and a 95 %
+    bootstrap interval of that median."""
+    ratios = [x / y for x, y in zip(a, b)]
+    rng = random.Random(1)
+    boots = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return statistics.median(ratios), boots[50], boots[1949]
 with_, without = load(sys.argv[1]), load(sys.argv[2])
 print(f"stats counters on the write cells: {sys.argv[3]} rounds of {sys.argv[4]} s, base {sys.argv[5]}")
-print(f"| cell | with counters (events/s) | without (events/s) | with / without |")
-print("|---|---:|---:|---:|")
+print("Throughput: with / without above 1 means faster with the counters. CPU: with / without")
+print("below 1 means less CPU per event with the counters. Paired: the median of the rounds' ratios,")
+print("with its 95 % bootstrap interval.")
+print()
+print("| cell | with (events/s) | without (events/s) | throughput with / without (paired, 95 % CI) | CPU/event with (µs) | without (µs) | CPU with / without (paired, 95 % CI) |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 for cell in with_:
-    a, b = statistics.median(with_[cell]), statistics.median(without[cell])
-    print(f"| {cell} | {a:,.0f} | {b:,.0f} | {a / b:.3f} |")
+    wr = [r["events_per_s"] for r in with_[cell]]
+    nr = [r["events_per_s"] for r in without[cell]]
+    wc = [r.get("cpu_ns_per_event") for r in with_[cell]]
+    nc = [r.get("cpu_ns_per_event") for r in without[cell]]
+    t, tl, th = paired(wr, nr)
+    row = f"| {cell} | {statistics.median(wr):,.0f} | {statistics.median(nr):,.0f} | {t:.3f} ({tl:.3f}-{th:.3f})"
+    if None in wc or None in nc:
+        row += " | | | |"
+    else:
+        c, cl, ch = paired(wc, nc)
+        row += f" | {statistics.median(wc) / 1000:.2f} | {statistics.median(nc) / 1000:.2f} | {c:.3f} ({cl:.3f}-{ch:.3f}) |"
+    print(row)
 PY

@@ -287,7 +287,8 @@ impl PgWriter {
             },
         }
         self.shared.published.publish_head_at_least(head);
-        self.shared.published.commit_groups.fetch_add(1, Ordering::Relaxed);
+        // Only this thread writes it: a plain store, not a locked add (see `stats::bump`).
+        crate::stats::bump(&self.shared.published.commit_groups, 1);
         // `bytes_appended` on Postgres: the events' types, tags and data as sent (there is no
         // log of ours to measure).
         let bytes: usize =
