@@ -118,14 +118,10 @@ impl LatencyHistogram {
         self.max.load(Ordering::Relaxed)
     }
 
-    /// The upper bound of the bucket holding the `quantile` (0..=1) of the values recorded, never
-    /// above the exact maximum; 0 with nothing recorded.
-    pub fn quantile(&self, quantile: f64) -> u64 {
-        self.quantiles([quantile])[0]
-    }
-
-    /// Several quantiles from one snapshot of the buckets, so that they are in order even
-    /// while the writer records (two snapshots could give a p50 above the p99).
+    /// For each `quantile` (0..=1), the upper bound of the bucket holding it among the values
+    /// recorded, never above the exact maximum; 0 with nothing recorded. All from one snapshot
+    /// of the buckets, so that they are in order even while the writer records (two snapshots
+    /// could give a p50 above the p99).
     pub fn quantiles<const N: usize>(&self, quantiles: [f64; N]) -> [u64; N] {
         let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
         let max = self.max();
@@ -287,13 +283,12 @@ mod tests {
     #[test]
     fn quantiles_come_from_the_recorded_values() {
         let histogram = LatencyHistogram::default();
-        assert_eq!(histogram.quantile(0.5), 0);
+        assert_eq!(histogram.quantiles([0.5]), [0]);
         for micros in 1..=100 {
             histogram.record(micros * 10);
         }
-        let p50 = histogram.quantile(0.5);
+        let [p50, p99] = histogram.quantiles([0.5, 0.99]);
         assert!((500..=500 + 500 / 8).contains(&p50), "p50 {p50}");
-        let p99 = histogram.quantile(0.99);
         assert!((990..=1000).contains(&p99), "p99 {p99}");
         assert_eq!(histogram.max(), 1000);
         assert_eq!(histogram.count(), 100);
