@@ -6,8 +6,10 @@
 #                               (fsync=on, synchronous_commit=on, as the contract's durability
 #                               needs), and a PgBouncer in transaction pooling mode in front of
 #                               it on another free port (installed from Debian if missing); print
-#                               the export lines of LAPILLI_TEST_POSTGRES_URL and
-#                               LAPILLI_TEST_PGBOUNCER_URL
+#                               the export lines of LAPILLI_TEST_POSTGRES_URL,
+#                               LAPILLI_TEST_PGBOUNCER_URL and LAPILLI_TEST_POSTGRES_CA (the
+#                               server also accepts TLS, with a certificate for 127.0.0.1 signed
+#                               by a CA made for this cluster; that file is the CA's)
 #   scripts/postgres.sh env     print those export lines again for the running cluster
 #   scripts/postgres.sh stop    stop the pooler and the cluster and remove their directory
 #   scripts/postgres.sh kill    SIGKILL the server (the server-kill test's crash); the pooler stays
@@ -50,6 +52,30 @@ url_of() {
 exports() {
   echo "export LAPILLI_TEST_POSTGRES_URL=$(url_of "$port")"
   echo "export LAPILLI_TEST_PGBOUNCER_URL=$(url_of "$bouncer_port")"
+  echo "export LAPILLI_TEST_POSTGRES_CA=$root/tls/ca.pem"
+}
+
+# A certificate authority made for this cluster and the server's certificate for 127.0.0.1 and
+# localhost, so the TLS path (sslmode=verify-full&sslrootcert=...) is tested against a real
+# handshake. v3 extensions throughout: rustls's verifier refuses v1 and CA-less chains.
+make_tls() {
+  local dir=$1
+  if ! command -v openssl >/dev/null 2>&1; then
+    echo "openssl is not installed: installing it from Debian's packages" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq openssl >&2
+  fi
+  mkdir -p "$dir"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 \
+    -subj "/CN=Lapilli test CA" -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' > "$dir/server.ext"
+  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 7 -extfile "$dir/server.ext" -out "$dir/server.pem" 2>/dev/null
+  chmod 600 "$dir/server.key"
+  if [ "$(id -u)" = 0 ]; then chown postgres "$dir/server.key" "$dir/server.pem"; fi
 }
 
 pgbouncer_bin() {
@@ -103,7 +129,7 @@ pg_ctl_run() {
   # shellcheck disable=SC1090
   . "$state"
   as_postgres "$bin/pg_ctl" -D "$data" -l "$data/../server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$data/.. -c fsync=on -c synchronous_commit=on -c max_connections=200" \
+    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$data/.. -c fsync=on -c synchronous_commit=on -c max_connections=200 -c ssl=on -c ssl_cert_file=$root/tls/server.pem -c ssl_key_file=$root/tls/server.key" \
     "$@" >&2
 }
 
@@ -121,6 +147,7 @@ case "${1:-}" in
     port=$(free_port)
     bouncer_port=$(free_port)
     as_postgres "$bin/initdb" -D "$data" -U lapilli --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    make_tls "$root/tls"
     printf 'bin=%q\ndata=%q\nport=%q\nbouncer_port=%q\nroot=%q\n' "$bin" "$data" "$port" "$bouncer_port" "$root" > "$state"
     pg_ctl_run start
     as_postgres "$bin/createdb" -h 127.0.0.1 -p "$port" -U lapilli lapilli

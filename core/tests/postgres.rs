@@ -350,3 +350,65 @@ fn stats_count_a_postgres_handles_appends_and_file_listings_are_refused() {
     store.close().unwrap();
     assert_eq!(store.stats().err().map(|e| e.kind()), Some(ErrorKind::Closed));
 }
+
+/// The server connections with this application name: asked on a plain connection of the
+/// test's own.
+fn server_connections(base: &str, application: &str) -> i64 {
+    let mut client = postgres::Client::connect(base, postgres::NoTls).unwrap();
+    client
+        .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", &[&application])
+        .unwrap()
+        .get(0)
+}
+
+/// `?max_connections=` caps the connections a handle lends to reads at once: 8 threads reading
+/// together queue for 2 rather than open 8 server processes (the server refuses past its own
+/// `max_connections`, and every process of a service would hit that at once).
+#[test]
+fn reads_share_at_most_max_connections_connections() {
+    let Some(base) = database_url() else { return };
+    let context = fresh_context("cap");
+    let writer = Store::open(context_url(&base, &context), Options::default()).unwrap();
+    for i in 0..50 {
+        writer.append(vec![Event::new("A", [format!("k:{}", i % 5)], vec![7; 64])], None).unwrap();
+    }
+    let application = fresh_context("lapilli_cap");
+    let url = format!("{}&max_connections=2&application_name={application}", context_url(&base, &context));
+    let reader = std::sync::Arc::new(Store::open_read_only(&url).unwrap());
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (base, application, peak, done) = (base.clone(), application.clone(), peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                peak.fetch_max(server_connections(&base, &application), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let readers: Vec<_> = (0..8)
+        .map(|t| {
+            let reader = reader.clone();
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    let query = Query::for_tags([format!("k:{}", (t + i) % 5)]);
+                    let events = reader.read(&query, ReadOptions::default()).unwrap().collect_all().unwrap();
+                    assert_eq!(events.len(), 10);
+                }
+            })
+        })
+        .collect();
+    for thread in readers {
+        thread.join().unwrap();
+    }
+    // Whatever the watcher saw, and what stays open now: the listener's connection and at most
+    // two kept for reads.
+    let after = server_connections(&base, &application);
+    done.store(true, std::sync::atomic::Ordering::Release);
+    watcher.join().unwrap();
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed).max(after);
+    assert!(after >= 1, "no connection of the reader was seen");
+    assert!(peak <= 3, "{peak} connections at once (listener + 2 allowed)");
+    reader.close().unwrap();
+    writer.close().unwrap();
+}

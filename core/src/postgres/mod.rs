@@ -21,7 +21,7 @@ mod writer;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{SyncSender, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -41,6 +41,9 @@ pub(crate) const SCHEMA_VERSION: i32 = 1;
 /// Idle connections kept for reads; more are opened when needed and closed after use (a new
 /// connection costs a server process: milliseconds, so keep enough for many readers).
 const POOLED_CONNECTIONS: usize = 32;
+/// The most connections a handle lends to reads at once, unless `?max_connections=` says
+/// otherwise; its writer and its listener have one each besides.
+const DEFAULT_READ_CONNECTIONS: usize = 32;
 /// How often the head row is polled when no notification arrives (the fallback for poolers
 /// that drop `LISTEN`); `?poll_ms=` in the URL changes it.
 const DEFAULT_POLL: Duration = Duration::from_millis(500);
@@ -81,33 +84,75 @@ pub(crate) struct PgShared {
     /// The `LISTEN/NOTIFY` channel of the context, quoted.
     pub channel: String,
     pub published: Arc<Published>,
-    pool: Mutex<Vec<Client>>,
+    pool: Mutex<Pool>,
+    /// Signalled when a lent connection comes back (a reader may be waiting at the cap).
+    returned: Condvar,
+    /// The most connections lent to reads at once (`?max_connections=`).
+    max_lent: usize,
     pub poll: Duration,
 }
 
+/// The read connections of a handle: the idle ones, and how many are lent to reads now.
+struct Pool {
+    idle: Vec<Client>,
+    lent: usize,
+}
+
+/// A connection lent to a read; it goes back to the pool (or, failed, is closed) and frees its
+/// place under the cap when dropped, whatever way the read ends, a panic included.
+struct Lent<'a> {
+    shared: &'a PgShared,
+    client: Option<Client>,
+    /// It came from the idle pool (so it may have gone stale while waiting there).
+    pooled: bool,
+    /// Keep it for the next read: set after a read that succeeded on it.
+    keep: bool,
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let client = self.client.take().filter(|c| self.keep && !c.is_closed());
+        let client = client.map(|mut c| {
+            discard_notifications(&mut c);
+            c
+        });
+        let mut pool = self.shared.pool.lock().unwrap_or_else(|p| p.into_inner());
+        pool.lent -= 1;
+        if let Some(client) = client {
+            if pool.idle.len() < POOLED_CONNECTIONS {
+                pool.idle.push(client);
+            }
+        }
+        drop(pool);
+        self.shared.returned.notify_one();
+    }
+}
+
 impl PgShared {
-    /// A connection for a read, and whether it waited in the pool; give it back with
-    /// [`PgShared::give_back`].
-    pub fn take(&self) -> Result<(Client, bool)> {
-        let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        match pooled {
-            Some(client) if !client.is_closed() => Ok((client, true)),
-            _ => Ok((self.connector.connect(&self.redacted)?, false)),
-        }
-    }
-
-    pub fn give_back(&self, mut client: Client) {
-        if client.is_closed() {
-            return;
-        }
-        discard_notifications(&mut client);
+    /// A connection for a read: an idle one, or a new one; when `max_lent` are lent already,
+    /// waits for one to come back, so a burst of readers queues here rather than opening a
+    /// server process each until the server refuses (`max_connections`, 100 by default).
+    fn lend(&self) -> Result<Lent<'_>> {
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        if pool.len() < POOLED_CONNECTIONS {
-            pool.push(client);
+        while pool.lent >= self.max_lent {
+            pool = self.returned.wait(pool).unwrap_or_else(|p| p.into_inner());
         }
+        pool.lent += 1;
+        let idle = pool.idle.pop();
+        drop(pool);
+        let mut lent = Lent { shared: self, client: None, pooled: false, keep: false };
+        match idle {
+            Some(client) if !client.is_closed() => {
+                lent.client = Some(client);
+                lent.pooled = true;
+            }
+            // On failure `lent` drops here and frees its place.
+            _ => lent.client = Some(self.connector.connect(&self.redacted)?),
+        }
+        Ok(lent)
     }
 
-    /// Runs `work` (a read: safe to run twice) on a pooled connection; a connection that failed
+    /// Runs `work` (a read: safe to run twice) on a lent connection; a connection that failed
     /// is dropped, not pooled.
     ///
     /// A pooled connection the server closed while it was idle (a restart, a failover, a
@@ -115,16 +160,16 @@ impl PgShared {
     /// connections went the same way, and `work` runs once more on a new connection. Before,
     /// each of up to `POOLED_CONNECTIONS` reads after a restart failed with `Io` in turn.
     pub fn with_client<T>(&self, mut work: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
-        let (mut client, pooled) = self.take()?;
-        let mut outcome = work(&mut client);
-        if outcome.is_err() && pooled && client.is_valid(STALE_CHECK).is_err() {
-            self.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            client = self.connector.connect(&self.redacted)?;
-            outcome = work(&mut client);
+        let mut lent = self.lend()?;
+        let client = lent.client.as_mut().expect("a lent connection");
+        let mut outcome = work(client);
+        if outcome.is_err() && lent.pooled && client.is_valid(STALE_CHECK).is_err() {
+            self.pool.lock().unwrap_or_else(|p| p.into_inner()).idle.clear();
+            // The place under the cap stays this read's while it connects again.
+            lent.client = Some(self.connector.connect(&self.redacted)?);
+            outcome = work(lent.client.as_mut().expect("a new connection"));
         }
-        if outcome.is_ok() {
-            self.give_back(client);
-        }
+        lent.keep = outcome.is_ok();
         outcome
     }
 
@@ -169,7 +214,9 @@ impl PgStore {
             events,
             channel,
             published,
-            pool: Mutex::new(vec![client]),
+            pool: Mutex::new(Pool { idle: vec![client], lent: 0 }),
+            returned: Condvar::new(),
+            max_lent: parsed.max_connections,
             poll: parsed.poll,
         });
         let stop_listening = Arc::new(AtomicBool::new(false));
@@ -229,7 +276,7 @@ impl PgStore {
         }
         self.stop_listening.store(true, Ordering::Release);
         let _ = listener.join();
-        self.shared.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.shared.pool.lock().unwrap_or_else(|p| p.into_inner()).idle.clear();
     }
 }
 
@@ -238,22 +285,37 @@ struct ParsedUrl {
     redacted: String,
     context: String,
     poll: Duration,
+    max_connections: usize,
 }
 
-/// Splits off the parameters that are Lapilli's (`context`, `poll_ms`) and the TLS modes the
-/// driver does not know (`verify-ca`, `verify-full`), and hands the rest to the driver.
+/// Splits off the parameters that are Lapilli's (`context`, `poll_ms`, `max_connections`), the TLS modes the
+/// driver does not know (`verify-ca`, `verify-full`) and the certificate authority to trust
+/// (`sslrootcert`), and hands the rest to the driver.
 fn parse_url(url: &str) -> Result<ParsedUrl> {
     let redacted = redact(url);
     let bad = |why: String| Error::invalid(format!("location {redacted:?}: {why}"));
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut context = None;
     let mut poll = DEFAULT_POLL;
+    let mut max_connections = DEFAULT_READ_CONNECTIONS;
     let mut tls = false;
+    let mut root_cert: Option<String> = None;
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "context" => context = Some(value.to_string()),
+            // As libpq: a PEM file of the authorities to trust instead of the default ones (a
+            // private CA, a cloud provider's bundle), or `system` for the default. Percent
+            // escapes are decoded, so a path with spaces or `&` can be given.
+            "sslrootcert" => root_cert = Some(percent_decode(value).map_err(|why| bad(format!("sslrootcert: {why}")))?),
+            "max_connections" => {
+                max_connections = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| bad(format!("max_connections is {value:?}; it must be 1 to 1000")))?;
+            }
             "poll_ms" => {
                 let ms: u64 = value
                     .parse()
@@ -297,17 +359,22 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     // Nothing is added to the startup packet's `options` (JIT is turned off after connecting,
     // see `Connector::connect`, and per writer transaction): PgBouncer refuses a connection
     // whose `options` sets a parameter it does not track, at its default settings.
-    let tls = tls.then(|| {
-        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default TLS versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tokio_postgres_rustls::MakeRustlsConnect::new(config)
-    });
-    Ok(ParsedUrl { connector: Connector { config, tls }, redacted, context, poll })
+    let tls = match (tls, root_cert.as_deref()) {
+        (false, None) => None,
+        // libpq would use no certificate at `prefer` (or none at all at `disable`): a URL that
+        // names an authority without asking for TLS is a mistake to say, not a silent
+        // plaintext connection its author believes verified.
+        (false, Some(path)) => {
+            return Err(bad(format!(
+                "sslrootcert is {path:?} but sslmode does not ask for TLS; add sslmode=verify-full"
+            )));
+        }
+        (true, None | Some("system")) => Some(tls_connector(rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        })),
+        (true, Some(path)) => Some(tls_connector(root_certificates(path).map_err(bad)?)),
+    };
+    Ok(ParsedUrl { connector: Connector { config, tls }, redacted, context, poll, max_connections })
 }
 
 /// `url` with its password replaced by `***`: the one in its user info, and a `password=`
@@ -343,7 +410,22 @@ pub(crate) fn pg_error(context: &str, err: &postgres::Error) -> Error {
     let kind = if err.is_closed() { std::io::ErrorKind::ConnectionAborted } else { std::io::ErrorKind::Other };
     let detail = match err.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => err.to_string(),
+        // The driver's message says what step failed ("error performing TLS handshake"); its
+        // sources say why ("invalid peer certificate: UnknownIssuer"), which is what a user
+        // can act on.
+        None => {
+            let mut detail = err.to_string();
+            let mut source = std::error::Error::source(err);
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !detail.contains(&cause_text) {
+                    detail.push_str(": ");
+                    detail.push_str(&cause_text);
+                }
+                source = cause.source();
+            }
+            detail
+        }
     };
     Error::io_message(format!("{context}: {detail}"), kind)
 }
@@ -373,6 +455,53 @@ pub(crate) fn newer_schema(redacted: &str, context: &str, found: i32) -> Error {
     )
 }
 
+fn tls_connector(roots: rustls::RootCertStore) -> tokio_postgres_rustls::MakeRustlsConnect {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_postgres_rustls::MakeRustlsConnect::new(config)
+}
+
+/// The certificates of the PEM file at `path` as trust anchors; a file that cannot be read or
+/// holds no usable certificate is refused at open, naming the file, rather than at the first
+/// connection as an unexplained handshake failure.
+fn root_certificates(path: &str) -> std::result::Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(path).map_err(|e| format!("sslrootcert {path:?} cannot be read: {e}"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| format!("sslrootcert {path:?} is not a PEM file of certificates: {e}"))?;
+        roots.add(cert).map_err(|e| format!("sslrootcert {path:?} holds a certificate that cannot be used: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("sslrootcert {path:?} holds no certificate"));
+    }
+    Ok(roots)
+}
+
+/// `%XX` escapes decoded (a URL's query value); anything else is kept as it is.
+fn percent_decode(value: &str) -> std::result::Result<String, String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = value.get(i + 1..i + 3).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+            let Some(hex) = hex else { return Err(format!("{value:?} has a bad % escape")) };
+            out.push(u8::from_str_radix(hex, 16).expect("two hex digits"));
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{value:?} is not UTF-8 once decoded"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,11 +517,19 @@ mod tests {
         assert_eq!(parsed.poll, Duration::from_millis(20));
         assert!(parsed.connector.tls.is_none());
         assert!(parse_url("postgresql://u@h/db?sslmode=verify-full").unwrap().connector.tls.is_some());
+        assert!(parse_url("postgresql://u@h/db?sslmode=verify-full&sslrootcert=system").unwrap().connector.tls.is_some());
+        assert_eq!(percent_decode("/a%20b%26c.pem").unwrap(), "/a b&c.pem");
         for (url, named) in [
             ("postgresql://u:pw@h/db?context=Bad-Name", "\"Bad-Name\""),
             ("postgresql://h/db?poll_ms=0", "poll_ms"),
+            ("postgresql://h/db?max_connections=0", "max_connections"),
+            ("postgresql://h/db?max_connections=many", "many"),
             ("postgresql://h/db?sslmode=sometimes", "sometimes"),
             ("postgresql://h/db?nonsense=1", "nonsense"),
+            ("postgresql://h/db?sslmode=verify-full&sslrootcert=/no/such/ca.pem", "/no/such/ca.pem"),
+            ("postgresql://h/db?sslrootcert=/etc/hostname", "sslmode"),
+            ("postgresql://h/db?sslmode=require&sslrootcert=/etc/hostname", "holds no certificate"),
+            ("postgresql://h/db?sslmode=require&sslrootcert=%zz", "bad % escape"),
         ] {
             let Err(err) = parse_url(url) else { panic!("{url} was accepted") };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{url}");

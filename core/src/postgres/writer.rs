@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postgres::binary_copy::BinaryCopyInWriter;

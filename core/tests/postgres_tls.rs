@@ -1,0 +1,78 @@
+//! TLS to the server (`sslmode=verify-full&sslrootcert=...`) against the throwaway cluster of
+//! `scripts/postgres.sh`, which accepts TLS with a certificate for 127.0.0.1 signed by a CA made
+//! for it (`LAPILLI_TEST_POSTGRES_CA`).
+
+mod common;
+
+use common::postgres::{context_url, database_url, fresh_context};
+use lapilli_core::{ErrorKind, Event, Options, Query, ReadOptions, Store};
+
+fn ca_file() -> String {
+    std::env::var("LAPILLI_TEST_POSTGRES_CA").expect("scripts/postgres.sh start exports LAPILLI_TEST_POSTGRES_CA")
+}
+
+/// How many of the server's connections with this application name are encrypted, and how many
+/// there are: asked on a plain connection of the test's own.
+fn connections_of(base: &str, application: &str) -> (i64, i64) {
+    let mut client = postgres::Client::connect(base, postgres::NoTls).unwrap();
+    let row = client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FROM pg_stat_activity a \
+             JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1",
+            &[&application],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn a_store_opened_with_verify_full_and_the_servers_authority_talks_tls() {
+    let Some(base) = database_url() else { return };
+    let application = fresh_context("lapilli_tls");
+    let url = format!(
+        "{}&sslmode=verify-full&sslrootcert={}&application_name={application}",
+        context_url(&base, &fresh_context("tls")),
+        ca_file()
+    );
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(vec![Event::new("Opened", ["course:1"], b"over tls".to_vec())], None).unwrap();
+    let events = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].data, b"over tls");
+    // The writer's connection and the read's pooled one: every connection of this handle is
+    // encrypted, and there is at least one.
+    let (encrypted, all) = connections_of(&base, &application);
+    assert!(all >= 1, "no connection of the store was seen");
+    assert_eq!(encrypted, all, "{encrypted} of {all} connections use TLS");
+    store.close().unwrap();
+}
+
+#[test]
+fn a_server_whose_authority_is_not_trusted_is_refused_as_io_naming_the_certificate() {
+    let Some(base) = database_url() else { return };
+    // The default authorities (the web's) do not include the cluster's own CA.
+    let url = format!("{}&sslmode=verify-full", context_url(&base, &fresh_context("tls_untrusted")));
+    let error = Store::open(&url, Options::default()).err().expect("an untrusted certificate was accepted");
+    assert_eq!(error.kind(), ErrorKind::Io, "{}", error.message());
+    assert!(error.message().to_lowercase().contains("certificate"), "{}", error.message());
+}
+
+#[test]
+fn an_authority_file_that_is_missing_or_not_pem_is_invalid_argument_naming_it() {
+    let Some(base) = database_url() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("not-a-ca.pem");
+    std::fs::write(&not_pem, b"hello").unwrap();
+    let missing = dir.path().join("missing.pem");
+    for path in [&not_pem, &missing] {
+        let url = format!("{}&sslmode=verify-full&sslrootcert={}", context_url(&base, "tls_bad_ca"), path.display());
+        let error = Store::open(&url, Options::default()).err().expect("a bad authority file was accepted");
+        assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{}", error.message());
+        assert!(error.message().contains(&path.display().to_string()), "{}", error.message());
+    }
+    // An authority named without asking for TLS would silently go unused.
+    let url = format!("{}&sslrootcert={}", context_url(&base, "tls_bad_ca"), ca_file());
+    let error = Store::open(&url, Options::default()).err().expect("sslrootcert without sslmode was accepted");
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    assert!(error.message().contains("sslmode"), "{}", error.message());
+}
