@@ -498,9 +498,7 @@ impl Store {
         self.ensure_open()?;
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.postgres() {
-            query.validate("query")?;
-            let head = pg.shared.fetch_head()?;
-            return ReadResult::postgres(pg.shared.clone(), query.clone(), options, head);
+            return ReadResult::postgres(pg.shared.clone(), query.clone(), options);
         }
         ReadResult::new(self.published.snapshot(), query.clone(), options)
     }

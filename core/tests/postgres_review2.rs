@@ -7,7 +7,7 @@ mod common;
 
 use common::postgres::{context_url, database_url, fresh_context, url_from};
 
-use lapilli_core::{Event, Options, Position, Query, QueryItem, ReadOptions, SequencedEvent, Store};
+use lapilli_core::{ErrorKind, Event, Options, Position, Query, QueryItem, ReadOptions, SequencedEvent, Store};
 
 fn open_fresh(base: &str, prefix: &str) -> Store {
     Store::open(context_url(base, &fresh_context(prefix)), Options::default()).unwrap()
@@ -92,16 +92,18 @@ fn bounded_reads_of_rare_common_and_clustered_queries_are_exact() {
         Query::for_tags(["a:1", "c:odd"]),
         Query::of([item(&["T3"], &["rare"]), item(&[], &["cluster", "b:2"]), item(&["T4", "T0"], &["ends"])]),
     ];
-    let windows = [(0, None), (100, Some(5000)), (3990, Some(4200)), (5999, None), (0, Some(1))];
-    let limits = [Some(1), Some(2), Some(10), Some(300), Some(2000), None];
+    // Also the empty windows: `after` at the head, and `until` equal to `after` (a read whose
+    // first look never runs still learns the head).
+    let windows = [(0, None), (100, Some(5000)), (3990, Some(4200)), (5999, None), (0, Some(1)), (6000, None), (4000, Some(4000))];
+    let limits = [Some(0), Some(1), Some(2), Some(10), Some(300), Some(2000), None];
     for query in &queries {
         for &(after, until) in &windows {
             for limit in limits {
                 for backwards in [false, true] {
                     let options = ReadOptions { after: Position(after), until: until.map(Position), limit, backwards };
-                    let read: Vec<u64> = store
-                        .read(query, options)
-                        .unwrap()
+                    let result = store.read(query, options).unwrap();
+                    assert_eq!(result.head().get(), EVENTS, "the pinned head of {query:?} {options:?}");
+                    let read: Vec<u64> = result
                         .collect_all()
                         .unwrap()
                         .iter()
@@ -184,5 +186,24 @@ fn a_store_opens_appends_and_reads_through_pgbouncer() {
     assert_eq!(refused.kind(), lapilli_core::ErrorKind::Conflict, "{refused:?}");
     let read = store.read(&key, ReadOptions::default()).unwrap().collect_all().unwrap();
     assert_eq!(read.len(), 1);
+    store.close().unwrap();
+}
+
+/// `after` beyond the head is `InvalidArgument` naming both, as for the embedded store, now
+/// that the head is read in the read's first statement; the store is unchanged.
+#[test]
+fn a_read_after_beyond_the_head_is_invalid_argument() {
+    let Some(base) = database_url() else { return };
+    let store = open_fresh(&base, "after_head");
+    store.append(vec![Event::new("T", ["k:1"], vec![1])], None).unwrap();
+    for backwards in [false, true] {
+        for query in [Query::all(), Query::for_tags(["k:1"])] {
+            let options = ReadOptions { after: Position(5), backwards, ..ReadOptions::default() };
+            let error = store.read(&query, options).err().expect("a read after the head was accepted");
+            assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+            assert!(error.message().contains("after is 5; the head is 1"), "{}", error.message());
+        }
+    }
+    assert_eq!(store.head().unwrap().get(), 1);
     store.close().unwrap();
 }
