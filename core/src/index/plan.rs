@@ -40,8 +40,13 @@ impl SegmentAccess<'_> {
     /// The event at `rel`, its record checksum verified: open does not read sealed segments,
     /// so this is where damage inside one is found (as `Corruption`, never as wrong data).
     pub fn event(&self, rel: u32) -> Result<EventView<'_>> {
+        self.event_at(rel, self.index.offset(rel)?)
+    }
+
+    /// [`SegmentAccess::event`] for a caller that has looked up the event's `offset` already.
+    pub fn event_at(&self, rel: u32, offset: u64) -> Result<EventView<'_>> {
         let log: &[u8] = self.log.bytes()?;
-        let offset = self.index.offset(rel)? as usize;
+        let offset = offset as usize;
         let position = Position(self.base + rel as u64);
         let bad = |why: &str| Error::corruption(format!("event {position}: {why}"));
         let frame = log.get(offset..offset + FRAME_LEN).ok_or_else(|| bad("lies outside its segment"))?;

@@ -357,7 +357,7 @@ impl Walk {
                         let log = entry.log.bytes()?;
                         self.prefetched = prefetch(log, offset as usize, self.backwards, self.prefetched);
                     }
-                    let event = access.event(rel)?;
+                    let event = access.event_at(rel, offset)?;
                     return Ok(Some((event.position, visit(&event))));
                 }
                 None => self.current = None,
