@@ -347,3 +347,29 @@ fn a_merged_version_2_index_equals_the_one_built_from_the_log() {
         assert!(fs::read(index).unwrap() == *merged, "{} differs from the merged file", index.display());
     }
 }
+
+/// A file of a version newer than this build reads is `Corruption` naming the version: `verify`
+/// reports it, and open rebuilds the index from the log (as for any index it cannot use).
+#[test]
+fn a_newer_format_version_is_refused_and_rebuilt() {
+    let (template, all) = template();
+    let dir = tempfile::tempdir().unwrap();
+    copy_store(template.path(), dir.path());
+    let index = files_with(dir.path(), "idx").remove(0);
+    let original = fs::read(&index).unwrap();
+    let mut bytes = original.clone();
+    // Version 3 with a header checksum that matches: only the version is wrong.
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..124]);
+    bytes[124..128].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&index, &bytes).unwrap();
+
+    let fault = verify(dir.path(), false, |_, _| {}).unwrap().fault.expect("verify refuses version 3");
+    assert_eq!(fault.file, index);
+    assert!(fault.reason.contains("format version 3; this build reads versions 1 to 2"), "{fault}");
+    let store = Store::open(dir.path(), options(256 << 10)).unwrap();
+    assert_eq!(store.recovery().rebuilt_indexes, [index.clone()]);
+    assert_exact(&store, &all);
+    store.close().unwrap();
+    assert_eq!(fs::read(&index).unwrap(), original);
+}
