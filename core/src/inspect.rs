@@ -109,7 +109,7 @@ pub(crate) fn types(published: &Published) -> Result<Vec<(String, u64)>> {
             IndexView::Sealed(file) => {
                 let mut per_id: HashMap<u32, u64> = HashMap::new();
                 for rel in 0..=last {
-                    *per_id.entry(file.type_at(rel)).or_default() += 1;
+                    *per_id.entry(file.type_at(rel)?).or_default() += 1;
                 }
                 for (name, id) in file.type_names() {
                     if let Some(n) = per_id.get(&id) {
@@ -471,10 +471,11 @@ fn check_index(
         let position = first + rel as u64;
         let len = u32::from_le_bytes(log[offset..offset + 4].try_into().unwrap()) as usize;
         let view = EventView::decode(Position(position), &log[offset + FRAME_LEN..offset + FRAME_LEN + len])?;
-        if verified.offset(rel as u32) != offset as u64 {
-            return fault(offset as u64, position, format!("gives byte {} for the event", verified.offset(rel as u32)));
+        let indexed_offset = verified.offset(rel as u32)?;
+        if indexed_offset != offset as u64 {
+            return fault(offset as u64, position, format!("gives byte {indexed_offset} for the event"));
         }
-        let indexed_type = names.get(&verified.type_at(rel as u32)).copied();
+        let indexed_type = names.get(&verified.type_at(rel as u32)?).copied();
         if indexed_type != Some(view.event_type) {
             return fault(offset as u64, position, format!("gives type {indexed_type:?}; the event's type is {:?}", view.event_type));
         }

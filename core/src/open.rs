@@ -48,8 +48,8 @@ pub struct RecoveryReport {
     /// Log bytes read at open: the active segment, plus any segment whose index was rebuilt.
     pub scanned_log_bytes: u64,
     /// Index bytes whose checksum open verified: those of indexes it keeps in memory. An index
-    /// file found in place has only its header read at open; its body is verified by the first
-    /// read that uses its segment.
+    /// file found in place has only its header read at open; its body is verified as reads use
+    /// it (its block table and dictionaries on first use, each other 4 KiB block on first read).
     pub verified_index_bytes: u64,
 }
 

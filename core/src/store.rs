@@ -271,6 +271,13 @@ impl Store {
         self.published.snapshot().tag_lookups()
     }
 
+    /// Bytes of sealed segments' index files whose checksums have been verified so far (header,
+    /// block table and the blocks reads have touched), for tests of what a read costs.
+    #[doc(hidden)]
+    pub fn verified_index_bytes(&self) -> u64 {
+        self.published.snapshot().verified_index_bytes()
+    }
+
     /// How many segment entries the lists of segments this handle published held, summed over
     /// every list: for tests that show open builds the list once (2,000 segments: 2,000 entries,
     /// not two million).

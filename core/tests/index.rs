@@ -309,15 +309,11 @@ fn open_reads_no_sealed_log_bytes() {
     assert_eq!(err.kind(), ErrorKind::Corruption, "{err}");
 }
 
-/// The index file format, locked: if this fails, the format changed. Bump
-/// `INDEX_FORMAT_VERSION` (and keep reading the old version, or say why not) — never regenerate
-/// the bytes to make it pass.
-#[test]
-fn index_file_golden_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), small(4096)).unwrap();
+/// The store the golden index files were taken from: its first sealed segment's index.
+fn golden_store(dir: &Path) -> Store {
+    let store = Store::open(dir, small(4096)).unwrap();
     let mut i = 0u32;
-    while store.recovery().segments == 1 && index_files(dir.path()).is_empty() {
+    while store.recovery().segments == 1 && index_files(dir).is_empty() {
         let tags = match i % 4 {
             0 => vec!["solo".to_string(), format!("entity:{}", i % 3)],
             _ => vec![format!("entity:{}", i % 3), "dense".to_string()],
@@ -327,14 +323,56 @@ fn index_file_golden_bytes() {
         store.wait_for_sealing();
         i += 1;
     }
+    store
+}
+
+/// The index file format, locked: if this fails, the format changed. Bump
+/// `INDEX_FORMAT_VERSION` (and keep reading the old version, or say why not) — never regenerate
+/// the bytes to make it pass. Version 1's bytes are kept in `golden/index_v1.hex`, read by
+/// [`the_version_1_golden_index_file_still_reads`].
+#[test]
+fn index_file_golden_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let _store = golden_store(dir.path());
     let bytes = fs::read(&index_files(dir.path())[0]).unwrap();
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let golden_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/index_v1.hex");
+    let golden_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/index_v2.hex");
     if std::env::var_os("LAPILLI_WRITE_GOLDEN").is_some() {
         fs::write(&golden_path, &hex).unwrap();
     }
     let golden = fs::read_to_string(&golden_path).expect("golden file");
     assert_eq!(hex, golden.trim(), "the index file format changed");
+}
+
+/// The version 1 golden file, put in place of the version 2 file of the same segment, is
+/// accepted at open and answers every lookup as the scan does.
+#[test]
+fn the_version_1_golden_index_file_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    golden_store(dir.path()).close().unwrap();
+    let golden = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/index_v1.hex")).unwrap();
+    let golden = golden.trim();
+    let v1: Vec<u8> = (0..golden.len()).step_by(2).map(|i| u8::from_str_radix(&golden[i..i + 2], 16).unwrap()).collect();
+    assert_eq!(u32::from_le_bytes(v1[8..12].try_into().unwrap()), 1);
+    let index = &index_files(dir.path())[0];
+    fs::write(index, &v1).unwrap();
+    let store = Store::open(dir.path(), small(4096)).unwrap();
+    assert!(store.recovery().rebuilt_indexes.is_empty(), "{:?}", store.recovery());
+    store.set_planner(Planner::ForceScan);
+    let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    store.set_planner(Planner::ForceIndex);
+    assert_eq!(store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap(), all);
+    for tag in ["solo", "dense", "once", "entity:0", "entity:1", "entity:2"] {
+        let expected: Vec<_> = all.iter().filter(|e| e.tags.iter().any(|t| t == tag)).cloned().collect();
+        assert_eq!(store.read(&Query::for_tags([tag]), ReadOptions::default()).unwrap().collect_all().unwrap(), expected, "{tag}");
+    }
+    for t in TYPES {
+        let expected: Vec<_> = all.iter().filter(|e| e.event_type == t).cloned().collect();
+        assert_eq!(store.read(&Query::for_types([t]), ReadOptions::default()).unwrap().collect_all().unwrap(), expected, "{t}");
+    }
+    store.close().unwrap();
+    // Untouched: a valid version 1 file is read, not rewritten.
+    assert_eq!(fs::read(index).unwrap(), v1);
 }
 
 /// Open reads no sealed log bytes, so damage inside a sealed segment that still has its index

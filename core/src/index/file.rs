@@ -1,11 +1,13 @@
 //! The index file beside each sealed log segment (`NNNN.idx` beside `NNNN.log`): immutable,
 //! deterministic (the same log bytes always give the same file), checksummed, its header checked
-//! at open and its body on first use.
+//! at open and its body as it is used.
+//!
+//! Format version 2 (written by this build; version 1 is still read, see below):
 //!
 //! | offset | size | header field |
 //! |---|---|---|
 //! | 0 | 8 | magic `LAPIDX\0\0` |
-//! | 8 | 4 | format version |
+//! | 8 | 4 | format version (2) |
 //! | 12 | 4 | flags: bit 0 set = type ids are u32 (else u16) |
 //! | 16 | 8 | base position |
 //! | 24 | 8 | event count |
@@ -16,8 +18,21 @@
 //! | 64 | 8 | offset of the tag dictionary (an `fst` map from tag bytes to a posting value) |
 //! | 72 | 8 | offset of the postings blob |
 //! | 80 | 8 | file length |
-//! | 88 | 4 | CRC-32 of bytes 96..file length |
-//! | 92 | 4 | CRC-32 of bytes 0..92 |
+//! | 88 | 8 | offset of the block-checksum table (= end of the body, the postings blob's end) |
+//! | 96 | 4 | block length (4096) |
+//! | 100 | 4 | CRC-32 of the block-checksum table |
+//! | 104 | 20 | zero |
+//! | 124 | 4 | CRC-32 of bytes 0..124 |
+//!
+//! The body (bytes 128 up to the table) is checked in blocks aligned on the file's offsets:
+//! block b is the file's bytes b × 4096 .. (b + 1) × 4096, block 0 starting after the header and
+//! the last ending at the table. The table is one little-endian CRC-32 per block, in order, up to
+//! the file's end. So the header checks the table, and the table each block: a read checks the
+//! blocks it reads, once (see [`BlockChecks`]).
+//!
+//! Format version 1 (read, never written): a 96-byte header, the same fields up to offset 88,
+//! then the CRC-32 of bytes 96..file length (the whole body, checked on first use) at 88 and the
+//! CRC-32 of bytes 0..92 at 92; the sections follow the header in the same order, with no table.
 //!
 //! A posting value's top two bits give its tier, the low 62 bits its payload:
 //! 0 = one event, payload its relative position (no blob bytes);
@@ -32,6 +47,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -44,10 +60,20 @@ use crate::log::segment::{FileBytes, open_with_mode, sync_dir};
 use crate::position::Position;
 
 pub const INDEX_MAGIC: [u8; 8] = *b"LAPIDX\0\0";
-pub const INDEX_FORMAT_VERSION: u32 = 1;
-pub const INDEX_HEADER_LEN: usize = 96;
+/// The version this build writes; it reads this one and version 1.
+pub const INDEX_FORMAT_VERSION: u32 = 2;
+/// The header of a version-2 file.
+pub const INDEX_HEADER_LEN: usize = 128;
+/// The header of a version-1 file.
+const V1_HEADER_LEN: usize = 96;
+/// A version-2 body is checked in blocks of this many bytes, aligned on the file's offsets: a
+/// page, so checking a block a lookup reads costs no more I/O than the lookup did.
+pub const INDEX_BLOCK_LEN: usize = 4096;
 const FLAG_WIDE_TYPES: u32 = 1;
 const SHORT_LIST_MAX: usize = 64;
+/// The most bytes a short list takes in the blob: a varint count and up to 64 varint u32s,
+/// five bytes at most each.
+const SHORT_LIST_MAX_BYTES: usize = 5 * (1 + SHORT_LIST_MAX);
 const DENSE_RATIO: usize = 32;
 const TIER_SINGLE: u64 = 0;
 const TIER_SHORT: u64 = 1;
@@ -191,22 +217,38 @@ pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     out.extend_from_slice(&builder.into_inner().expect("in-memory fst build"));
     let postings_at = out.len();
     out.extend_from_slice(&blob);
+    let table_at = out.len();
+    let table: Vec<u8> = (0..block_count(table_at))
+        .flat_map(|block| crc32fast::hash(&out[block_range(block, INDEX_HEADER_LEN, table_at)]).to_le_bytes())
+        .collect();
+    out.extend_from_slice(&table);
     let file_len = out.len();
 
-    let body_crc = crc32fast::hash(&out[INDEX_HEADER_LEN..]);
     let header = HeaderFields {
         wide_types: wide,
         base: contents.base,
         count: count as u64,
         log_end: contents.log_end,
         sections: [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len],
-        body_crc,
+        table_at,
+        table_crc: crc32fast::hash(&table),
     };
     out[..INDEX_HEADER_LEN].copy_from_slice(&header.encode());
     out
 }
 
-/// What an index file's header holds; `sections` are the offsets of the event offsets, the type
+/// How many checksum blocks a body ending at `body_end` has (block 0 starts after the header).
+fn block_count(body_end: usize) -> usize {
+    body_end.div_ceil(INDEX_BLOCK_LEN)
+}
+
+/// The file bytes block `block` covers, in a file whose header takes `header_len` bytes and whose
+/// body ends at `body_end`.
+fn block_range(block: usize, header_len: usize, body_end: usize) -> Range<usize> {
+    (block * INDEX_BLOCK_LEN).max(header_len)..((block + 1) * INDEX_BLOCK_LEN).min(body_end)
+}
+
+/// What a version-2 header holds; `sections` are the offsets of the event offsets, the type
 /// column, the type dictionary, the tag dictionary, the postings blob, and the file's length.
 struct HeaderFields {
     wide_types: bool,
@@ -214,7 +256,8 @@ struct HeaderFields {
     count: u64,
     log_end: u64,
     sections: [usize; 6],
-    body_crc: u32,
+    table_at: usize,
+    table_crc: u32,
 }
 
 impl HeaderFields {
@@ -229,9 +272,11 @@ impl HeaderFields {
         for (i, at) in self.sections.into_iter().enumerate() {
             header[40 + 8 * i..48 + 8 * i].copy_from_slice(&(at as u64).to_le_bytes());
         }
-        header[88..92].copy_from_slice(&self.body_crc.to_le_bytes());
-        let header_crc = crc32fast::hash(&header[0..92]);
-        header[92..96].copy_from_slice(&header_crc.to_le_bytes());
+        header[88..96].copy_from_slice(&(self.table_at as u64).to_le_bytes());
+        header[96..100].copy_from_slice(&(INDEX_BLOCK_LEN as u32).to_le_bytes());
+        header[100..104].copy_from_slice(&self.table_crc.to_le_bytes());
+        let header_crc = crc32fast::hash(&header[0..124]);
+        header[124..128].copy_from_slice(&header_crc.to_le_bytes());
         header
     }
 }
@@ -278,19 +323,42 @@ pub fn install(tmp: &Path, path: &Path) -> Result<()> {
     fs::rename(tmp, path).map_err(|e| Error::io(format_args!("cannot rename {} into place", tmp.display()), &e))
 }
 
-/// A writer that counts what passes through it and checksums it (the body checksum of an
-/// index file written section by section).
+/// A writer that counts what passes through it and checksums it block by block (the body of an
+/// index file written section by section): what [`encode`] computes over the whole body, as the
+/// body streams past.
 struct BodyWriter<W: Write> {
     inner: W,
+    /// The file offset the next byte goes to.
     written: usize,
-    crc: crc32fast::Hasher,
+    /// The CRC of the block being written, and the table of the blocks written before it.
+    block_crc: crc32fast::Hasher,
+    table: Vec<u8>,
+}
+
+impl<W: Write> BodyWriter<W> {
+    /// The block-checksum table of the body written so far, its last block closed.
+    fn finish_table(&mut self) -> Vec<u8> {
+        if self.written % INDEX_BLOCK_LEN != 0 {
+            self.table.extend_from_slice(&std::mem::take(&mut self.block_crc).finalize().to_le_bytes());
+        }
+        std::mem::take(&mut self.table)
+    }
 }
 
 impl<W: Write> Write for BodyWriter<W> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(bytes)?;
-        self.crc.update(&bytes[..n]);
-        self.written += n;
+        let mut rest = &bytes[..n];
+        while !rest.is_empty() {
+            let room = INDEX_BLOCK_LEN - self.written % INDEX_BLOCK_LEN;
+            let (this_block, next) = rest.split_at(room.min(rest.len()));
+            self.block_crc.update(this_block);
+            self.written += this_block.len();
+            if self.written % INDEX_BLOCK_LEN == 0 {
+                self.table.extend_from_slice(&std::mem::take(&mut self.block_crc).finalize().to_le_bytes());
+            }
+            rest = next;
+        }
         Ok(n)
     }
 
@@ -358,19 +426,21 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
     let mut out = BodyWriter {
         inner: std::io::BufWriter::with_capacity(1 << 20, file),
         written: INDEX_HEADER_LEN,
-        crc: crc32fast::Hasher::new(),
+        block_crc: crc32fast::Hasher::new(),
+        table: Vec::new(),
     };
     out.inner.write_all(&[0u8; INDEX_HEADER_LEN])?;
+    let damaged = |e: Error| std::io::Error::other(e.to_string());
     let offsets_at = out.written;
     for part in parts {
         for rel in 0..part.count as u32 {
-            out.write_all(&part.offset(rel).to_le_bytes())?;
+            out.write_all(&part.offset(rel).map_err(damaged)?.to_le_bytes())?;
         }
     }
     let types_at = out.written;
     for (part, map) in parts.iter().zip(&part_to_global) {
         for rel in 0..part.count as u32 {
-            put_type_id(&mut out, map[part.type_at(rel) as usize], wide)?;
+            put_type_id(&mut out, map[part.type_at(rel).map_err(damaged)? as usize], wide)?;
         }
     }
     let type_dict_at = out.written;
@@ -401,9 +471,11 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
     }
     let postings_at = out.written;
     out.write_all(&blob)?;
-    let file_len = out.written;
+    let table_at = out.written;
+    let table = out.finish_table();
+    out.inner.write_all(&table)?;
+    let file_len = table_at + table.len();
     out.flush()?;
-    let body_crc = out.crc.clone().finalize();
     drop(out);
     let header = HeaderFields {
         wide_types: wide,
@@ -411,7 +483,8 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
         count: count as u64,
         log_end,
         sections: [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len],
-        body_crc,
+        table_at,
+        table_crc: crc32fast::hash(&table),
     };
     file.write_all_at(&header.encode(), 0)
 }
@@ -433,6 +506,8 @@ impl AsRef<[u8]> for FileRange {
 /// An index file's header: the layout of its sections and the checksums.
 #[derive(Clone, Copy)]
 struct Header {
+    version: u32,
+    header_len: usize,
     count: u64,
     log_end: u64,
     wide_types: bool,
@@ -441,8 +516,12 @@ struct Header {
     type_dict_at: usize,
     fst_at: usize,
     postings_at: usize,
+    /// Where the bytes the checksums cover block by block end: the block table (version 2), or
+    /// the file's end (version 1, one checksum for the whole body).
+    body_end: usize,
     file_len: usize,
-    body_crc: u32,
+    /// Version 2: the CRC-32 of the block table; version 1: of the whole body.
+    checksum: u32,
     /// Covers every field above: equal checksums mean the same header.
     header_crc: u32,
 }
@@ -451,23 +530,35 @@ fn field(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
 }
 
+fn field_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
 impl Header {
     fn parse(bytes: &[u8], base: u64) -> Result<Header> {
-        if bytes.len() < INDEX_HEADER_LEN {
-            return Err(Error::corruption(format!("{} bytes is shorter than the header", bytes.len())));
+        let short = || Error::corruption(format!("{} bytes is shorter than the header", bytes.len()));
+        // The version says where the header's checksum is; nothing else is trusted before it.
+        let version = bytes.get(8..12).map(|b| u32::from_le_bytes(b.try_into().unwrap())).ok_or_else(short)?;
+        let header_len = match version {
+            1 => V1_HEADER_LEN,
+            2 => INDEX_HEADER_LEN,
+            _ => {
+                return Err(Error::corruption(format!(
+                    "format version {version}; this build reads versions 1 to {INDEX_FORMAT_VERSION}"
+                )));
+            }
+        };
+        if bytes.len() < header_len {
+            return Err(short());
         }
-        let header_crc = u32::from_le_bytes(bytes[92..96].try_into().unwrap());
-        if crc32fast::hash(&bytes[0..92]) != header_crc {
+        let header_crc = field_u32(bytes, header_len - 4);
+        if crc32fast::hash(&bytes[0..header_len - 4]) != header_crc {
             return Err(Error::corruption("header checksum does not match"));
         }
         if bytes[0..8] != INDEX_MAGIC {
             return Err(Error::corruption("wrong magic"));
         }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
-        if version != INDEX_FORMAT_VERSION {
-            return Err(Error::corruption(format!("format version {version}; this build reads {INDEX_FORMAT_VERSION}")));
-        }
-        let flags = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
+        let flags = field_u32(bytes, 12);
         let file_base = field(bytes, 16);
         if file_base != base {
             return Err(Error::corruption(format!("covers base {file_base}; its segment's base is {base}")));
@@ -475,21 +566,41 @@ impl Header {
         let count = field(bytes, 24);
         let [offsets_at, types_at, type_dict_at, fst_at, postings_at, file_len] =
             std::array::from_fn(|i| field(bytes, 40 + 8 * i) as usize);
+        let (body_end, checksum) = match version {
+            1 => (file_len, field_u32(bytes, 88)),
+            _ => {
+                let block_len = field_u32(bytes, 96);
+                if block_len as usize != INDEX_BLOCK_LEN {
+                    return Err(Error::corruption(format!(
+                        "checksum blocks of {block_len} bytes; this build reads blocks of {INDEX_BLOCK_LEN}"
+                    )));
+                }
+                let table_at = field(bytes, 88) as usize;
+                let table_end = block_count(table_at).checked_mul(4).and_then(|n| n.checked_add(table_at));
+                if table_end != Some(file_len) {
+                    return Err(Error::corruption("the block table is out of place"));
+                }
+                (table_at, field_u32(bytes, 100))
+            }
+        };
         let wide_types = flags & FLAG_WIDE_TYPES != 0;
         let type_width = if wide_types { 4 } else { 2 };
         let count_usize = usize::try_from(count).map_err(|_| Error::corruption("event count overflows"))?;
         let offsets_end = count_usize.checked_mul(8).and_then(|n| n.checked_add(offsets_at));
         let types_end = count_usize.checked_mul(type_width).and_then(|n| n.checked_add(types_at));
-        let sections_in_order = offsets_at == INDEX_HEADER_LEN
+        let sections_in_order = offsets_at == header_len
             && offsets_end == Some(types_at)
             && types_end == Some(type_dict_at)
             && type_dict_at <= fst_at
             && fst_at <= postings_at
-            && postings_at <= file_len;
+            && postings_at <= body_end
+            && body_end <= file_len;
         if !sections_in_order {
             return Err(Error::corruption("sections are out of place"));
         }
         Ok(Header {
+            version,
+            header_len,
             count,
             log_end: field(bytes, 32),
             wide_types,
@@ -498,17 +609,20 @@ impl Header {
             type_dict_at,
             fst_at,
             postings_at,
+            body_end,
             file_len,
-            body_crc: u32::from_le_bytes(bytes[88..92].try_into().unwrap()),
+            checksum,
             header_crc,
         })
     }
 }
 
-/// The index file of a sealed segment. Open reads and checks its header only; the body is
-/// loaded and verified (checksum, type dictionary, tag dictionary) the first time a read uses
-/// the segment, so open costs a small read per segment whatever the index's size, and a
-/// damaged body is `Corruption` from the read that needs it, never wrong data.
+/// The index file of a sealed segment. Open reads and checks its header only; the rest is
+/// checked as it is used: on first use the block table and the sections read whole (the type
+/// and tag dictionaries; for a version-1 file, the whole body), then each block of the big
+/// sections (event offsets, type column, postings) when a lookup first reads it. So open costs a
+/// small read per segment whatever the index's size, a read costs what it reads, and damage is
+/// found by the read that needs the damaged bytes, never passed on as data.
 pub struct IndexFile {
     path: PathBuf,
     /// The log it indexes, and where in it its events start (after the segment header, or, for
@@ -521,13 +635,177 @@ pub struct IndexFile {
     pub log_end: u64,
     /// The header open checked; the body, loaded later, must come with the same one.
     header_crc: u32,
-    /// Set once the body has been verified; never set for a body that failed.
+    /// Set once the first-use checks have passed; never set for a body that failed them.
     verified: OnceLock<Box<VerifiedIndex>>,
 }
 
-/// An index file whose every byte has been checked: the lookups.
-pub struct VerifiedIndex {
+/// How much of an index [`IndexFile::verify`] checks before it answers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// The header, the block table and the dictionaries; each other block on first read.
+    FirstUse,
+    /// Every byte (`verify`, and indexes made in memory).
+    Whole,
+}
+
+/// Where an index's bytes can be made again: its segment's log (see [`IndexFile::rebuild_from_log`]).
+struct RebuildSource {
+    path: PathBuf,
+    log_path: PathBuf,
+    log_start: usize,
+    base: u64,
+    count: u64,
+    log_end: u64,
+}
+
+impl RebuildSource {
+    /// The index file's bytes, encoded again from the segment's log (whose records are all
+    /// checked on the way).
+    fn encode(&self) -> Result<Vec<u8>> {
+        let log = FileBytes::load_sealed(&self.log_path)?;
+        // The events from `log_start` up to `log_end`, whether this indexes a whole sealed
+        // segment or a part of one (a first part starts at the header too, but the log goes on
+        // past its end).
+        let end = usize::try_from(self.log_end).unwrap_or(usize::MAX).min(log.len());
+        crate::index::seal::encode_part(&log[..end], self.log_start, self.base, self.base + self.count, &self.log_path)
+    }
+}
+
+/// An index's bytes with what is known of their checksums: every read of the body goes through
+/// [`BlockChecks::source`], which hands out bytes only from blocks whose CRC has matched.
+///
+/// One bit per block, set (never cleared) once the block's bytes matched the table's CRC; the
+/// bytes never change (an index file is written whole and renamed into place), so a bit any
+/// thread set holds for every thread, and `Relaxed` is enough: the bit publishes no data. A
+/// version-1 body, and bytes made in memory, are checked whole first and have every bit set.
+struct BlockChecks {
     bytes: Arc<FileBytes>,
+    header_len: usize,
+    body_end: usize,
+    /// The table's CRC per block (empty once every block is checked up front).
+    block_crcs: Box<[u32]>,
+    checked: Box<[AtomicU64]>,
+    /// Header, table and blocks checked so far, in bytes.
+    verified_bytes: AtomicU64,
+    /// Where to find a damaged block's bytes again (None: every block was checked up front).
+    rebuild: Option<RebuildSource>,
+    /// The index rebuilt from the log after a block failed its check: byte for byte the file as
+    /// written (the rebuild is deterministic and its header, block table included, must equal
+    /// the file's), so it answers for every block from then on.
+    rebuilt: OnceLock<Arc<FileBytes>>,
+}
+
+impl BlockChecks {
+    #[inline]
+    fn is_checked(&self, block: usize) -> bool {
+        self.checked.get(block / 64).is_some_and(|word| word.load(Ordering::Relaxed) & (1 << (block % 64)) != 0)
+    }
+
+    /// The bytes to read the file's bytes `start..end` (inside the body) from: the file's own
+    /// once every block they lie in has matched its checksum (checked now if not yet), else, a
+    /// block being damaged, those of the index rebuilt from the segment's log.
+    #[inline]
+    fn source(&self, start: usize, end: usize) -> Result<&Arc<FileBytes>> {
+        let block = start / INDEX_BLOCK_LEN;
+        if end <= (block + 1) * INDEX_BLOCK_LEN && self.is_checked(block) {
+            return Ok(&self.bytes);
+        }
+        self.source_unchecked(start, end)
+    }
+
+    /// [`BlockChecks::source`] for one entry of the event offsets or the type column, which never
+    /// straddles two blocks (those sections start at a multiple of their entry's size, 8, 4 or
+    /// 2 bytes, and so does every block): the warm path is one bit test.
+    #[inline]
+    fn source_of_entry(&self, at: usize, len: usize) -> Result<&Arc<FileBytes>> {
+        debug_assert_eq!(at / INDEX_BLOCK_LEN, (at + len - 1) / INDEX_BLOCK_LEN, "an entry straddles two blocks");
+        if self.is_checked(at / INDEX_BLOCK_LEN) {
+            return Ok(&self.bytes);
+        }
+        self.source_unchecked(at, at + len)
+    }
+
+    #[cold]
+    fn source_unchecked(&self, start: usize, end: usize) -> Result<&Arc<FileBytes>> {
+        if let Some(rebuilt) = self.rebuilt.get() {
+            return Ok(rebuilt);
+        }
+        match self.check_range(start, end) {
+            Ok(()) => Ok(&self.bytes),
+            Err(damage) if damage.kind() == ErrorKind::Corruption => self.rebuild(damage),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Checks every block the file's bytes `start..end` lie in that is not checked yet.
+    fn check_range(&self, start: usize, end: usize) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        if start < self.header_len || end > self.body_end {
+            return Err(Error::corruption(format!("bytes {start}..{end} lie outside the body")));
+        }
+        for block in start / INDEX_BLOCK_LEN..=(end - 1) / INDEX_BLOCK_LEN {
+            if !self.is_checked(block) {
+                self.check_block(block)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_block(&self, block: usize) -> Result<()> {
+        let range = block_range(block, self.header_len, self.body_end);
+        let expected = self.block_crcs.get(block).copied();
+        if expected != Some(crc32fast::hash(&self.bytes[range.clone()])) {
+            return Err(Error::corruption(format!(
+                "block {block} (bytes {}..{} of the file) does not match its checksum",
+                range.start, range.end
+            )));
+        }
+        let bit = 1u64 << (block % 64);
+        // Two readers may check a block at once: its bytes are counted once.
+        if self.checked[block / 64].fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+            self.verified_bytes.fetch_add(range.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Answers for a damaged block: the index is derived data, so its bytes are encoded again
+    /// from the segment's log, in memory (a follower never writes; the next writable open finds
+    /// the damage at first use and rebuilds the same way), and the read goes on with them.
+    fn rebuild(&self, damage: Error) -> Result<&Arc<FileBytes>> {
+        let Some(source) = &self.rebuild else { return Err(damage) };
+        let path = source.path.display();
+        let bytes = source.encode().map_err(|e| match e.kind() {
+            ErrorKind::Corruption => Error::corruption(format!(
+                "index {path}: {}; rebuilding it from its segment failed too: {}",
+                damage.message(),
+                e.message()
+            )),
+            _ => e,
+        })?;
+        // Blocks that matched their checksums were read from the file and may still be: that is
+        // only exact if the rebuilt bytes are the file's, which equal headers (the block table's
+        // CRC included) and lengths show.
+        if bytes.len() != self.bytes.len() || bytes[..self.header_len] != self.bytes[..self.header_len] {
+            return Err(Error::corruption(format!(
+                "index {path}: {}; the index rebuilt from its segment is not the file's (another header), so the file does not index this log",
+                damage.message()
+            )));
+        }
+        crate::error::report(format_args!(
+            "lapilli: index {path}: {}; answering from an index rebuilt from its segment (remove the file to have the next open write it again)",
+            damage.message()
+        ));
+        // Two readers may rebuild at once: one copy is kept, the other dropped.
+        Ok(self.rebuilt.get_or_init(|| Arc::new(FileBytes::Copied(bytes.into_boxed_slice()))))
+    }
+}
+
+/// An index file whose header, block table and dictionaries have been checked: the lookups,
+/// which check the other blocks they read (see [`BlockChecks`]).
+pub struct VerifiedIndex {
+    blocks: BlockChecks,
     base: u64,
     count: u64,
     wide_types: bool,
@@ -559,8 +837,17 @@ impl IndexFile {
     pub fn open_part(path: &Path, base: u64, log_path: &Path, log_start: usize) -> Result<IndexFile> {
         let failed = |e: &std::io::Error| Error::io(format_args!("cannot read {}", path.display()), e);
         let file = File::open(path).map_err(|e| failed(&e))?;
+        // The longest header of any version read; a shorter file is caught by the parse.
         let mut bytes = [0u8; INDEX_HEADER_LEN];
-        let read = file.read_at(&mut bytes, 0).map_err(|e| failed(&e))?;
+        let mut read = 0;
+        while read < bytes.len() {
+            match file.read_at(&mut bytes[read..], read as u64) {
+                Ok(0) => break,
+                Ok(n) => read += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(failed(&e)),
+            }
+        }
         let len = file.metadata().map_err(|e| failed(&e))?.len();
         let in_file = |e: Error| Error::corruption(format!("index {}: {}", path.display(), e.message()));
         let header = Header::parse(&bytes[..read], base).map_err(in_file)?;
@@ -571,11 +858,11 @@ impl IndexFile {
     }
 
     /// An index whose bytes are in memory (rebuilt at open and not written, or rebuilt by a
-    /// follower), verified now. `path` is where its file belongs, for messages.
+    /// follower), verified whole now. `path` is where its file belongs, for messages.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>, base: u64) -> Result<IndexFile> {
         let header = Header::parse(&bytes, base)?;
         let file = IndexFile::unverified(path, base, header, &path.with_extension("log"), HEADER_LEN);
-        let verified = file.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))?;
+        let verified = file.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())), Check::Whole)?;
         let _ = file.verified.set(Box::new(verified));
         Ok(file)
     }
@@ -593,8 +880,10 @@ impl IndexFile {
         }
     }
 
-    /// The lookups, after loading and verifying the body on first use. A damaged body is
-    /// `Corruption` now and at every later call (nothing is kept from a failed verification).
+    /// The lookups, after loading the file and checking its header, block table and
+    /// dictionaries on first use. Damage found there is answered from an index rebuilt from the
+    /// log, kept for every later call; damage in a block found later is answered the same way by
+    /// the lookup that reads it (see [`BlockChecks::source`]).
     pub fn verified(&self) -> Result<&VerifiedIndex> {
         if let Some(verified) = self.verified.get() {
             return Ok(verified);
@@ -602,7 +891,7 @@ impl IndexFile {
         // Loading is I/O (descriptors, memory, the file itself): its errors pass through as they
         // are. Only bytes that do not verify are damage.
         let bytes = FileBytes::load_sealed(&self.path)?;
-        let verified = match self.verify(Arc::new(bytes)) {
+        let verified = match self.verify(Arc::new(bytes), Check::FirstUse) {
             Ok(verified) => verified,
             Err(error) if error.kind() != ErrorKind::Corruption => return Err(error),
             // The index is derived from its log: a damaged body is rebuilt from the segment, in
@@ -630,27 +919,32 @@ impl IndexFile {
         Ok(self.verified.get_or_init(|| Box::new(verified)))
     }
 
+    fn rebuild_source(&self) -> RebuildSource {
+        RebuildSource {
+            path: self.path.clone(),
+            log_path: self.log_path.clone(),
+            log_start: self.log_start,
+            base: self.base,
+            count: self.count,
+            log_end: self.log_end,
+        }
+    }
+
     /// The index of this file's segment, encoded again from the segment's log (whose records are
     /// all checked on the way) and verified in memory.
     fn rebuild_from_log(&self) -> Result<VerifiedIndex> {
-        let log = FileBytes::load_sealed(&self.log_path)?;
-        // The events from `log_start` up to `log_end`, whether this indexes a whole sealed
-        // segment or a part of one (a first part starts at the header too, but the log goes on
-        // past its end).
-        let end = usize::try_from(self.log_end).unwrap_or(usize::MAX).min(log.len());
-        let bytes =
-            crate::index::seal::encode_part(&log[..end], self.log_start, self.base, self.base + self.count, &self.log_path)?;
+        let bytes = self.rebuild_source().encode()?;
         let header = Header::parse(&bytes, self.base)?;
         let rebuilt = IndexFile::unverified(&self.path, self.base, header, &self.log_path, self.log_start);
-        rebuilt.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())))
+        rebuilt.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())), Check::Whole)
     }
 
-    /// Loads the file again and verifies it, never rebuilding (unlike [`IndexFile::verified`],
-    /// which answers from a rebuilt index when the file is damaged): for `verify`, which must
-    /// report the damage.
+    /// Loads the file again and verifies every byte of it, never rebuilding (unlike
+    /// [`IndexFile::verified`], which answers from a rebuilt index when the file is damaged):
+    /// for `verify`, which must report the damage.
     pub fn verify_file(&self) -> Result<VerifiedIndex> {
         let bytes = FileBytes::load_sealed(&self.path)?;
-        self.verify(Arc::new(bytes))
+        self.verify(Arc::new(bytes), Check::Whole)
             .map_err(|e| Error::new(e.kind(), format!("index {}: {}", self.path.display(), e.message())))
     }
 
@@ -664,20 +958,52 @@ impl IndexFile {
         self.verified.get().map_or(0, |v| v.tag_lookups())
     }
 
-    /// Bytes of this index whose checksum has been verified so far (none until first use).
+    /// Bytes of this index whose checksum has been verified so far (none until first use): the
+    /// header, the block table and the blocks checked (a version-1 file: all of it).
     pub fn verified_bytes(&self) -> u64 {
-        self.verified.get().map_or(0, |v| v.bytes.len() as u64)
+        self.verified.get().map_or(0, |v| v.blocks.verified_bytes.load(Ordering::Relaxed))
     }
 
-    fn verify(&self, bytes: Arc<FileBytes>) -> Result<VerifiedIndex> {
+    fn verify(&self, bytes: Arc<FileBytes>, check: Check) -> Result<VerifiedIndex> {
         let header = Header::parse(&bytes, self.base)?;
         // The file checked at open, still: same header, same length.
         if header.header_crc != self.header_crc || bytes.len() != header.file_len {
             return Err(Error::corruption("changed since the store was opened"));
         }
-        if crc32fast::hash(&bytes[INDEX_HEADER_LEN..]) != header.body_crc {
-            return Err(Error::corruption("body checksum does not match"));
+        let blocks = block_count(header.body_end);
+        let mut block_crcs: Box<[u32]> = Box::default();
+        let whole_body_checked = header.version == 1;
+        if whole_body_checked {
+            if crc32fast::hash(&bytes[header.header_len..]) != header.checksum {
+                return Err(Error::corruption("body checksum does not match"));
+            }
+        } else {
+            let table = &bytes[header.body_end..header.file_len];
+            if crc32fast::hash(table) != header.checksum {
+                return Err(Error::corruption(format!(
+                    "the block table (bytes {}..{}) does not match its checksum",
+                    header.body_end, header.file_len
+                )));
+            }
+            block_crcs = table.chunks_exact(4).map(|crc| u32::from_le_bytes(crc.try_into().unwrap())).collect();
         }
+        let all = if whole_body_checked { u64::MAX } else { 0 };
+        let verified_bytes = if whole_body_checked { header.file_len } else { header.header_len + (header.file_len - header.body_end) };
+        let blocks = BlockChecks {
+            bytes: bytes.clone(),
+            header_len: header.header_len,
+            body_end: header.body_end,
+            block_crcs,
+            checked: (0..blocks.div_ceil(64)).map(|_| AtomicU64::new(all)).collect(),
+            verified_bytes: AtomicU64::new(verified_bytes as u64),
+            rebuild: (check == Check::FirstUse).then(|| self.rebuild_source()),
+            rebuilt: OnceLock::new(),
+        };
+        // What is read whole is checked whole now: the type dictionary (parsed into a map) and
+        // the tag dictionary (the `fst` crate reads a byte slice, with no hook to check what it
+        // touches). An error here is damage to the whole index, rebuilt by `verified`.
+        let whole = if check == Check::Whole { header.header_len..header.body_end } else { header.type_dict_at..header.postings_at };
+        blocks.check_range(whole.start, whole.end)?;
         let mut at = header.type_dict_at;
         let dict = &bytes[..header.fst_at];
         let names = dict
@@ -701,6 +1027,7 @@ impl IndexFile {
         let fst = fst::Map::new(FileRange { bytes: bytes.clone(), start: header.fst_at, end: header.postings_at })
             .map_err(|e| Error::corruption(format!("tag dictionary: {e}")))?;
         Ok(VerifiedIndex {
+            blocks,
             base: self.base,
             count: header.count,
             wide_types: header.wide_types,
@@ -709,11 +1036,10 @@ impl IndexFile {
             type_ids,
             fst,
             postings_at: header.postings_at,
-            postings_end: header.file_len,
+            postings_end: header.body_end,
             tag_filter: OnceLock::new(),
             tag_lookups: AtomicU64::new(0),
             tag_types: Mutex::new(HashMap::new()),
-            bytes,
         })
     }
 }
@@ -723,21 +1049,30 @@ impl VerifiedIndex {
         self.count
     }
 
-    pub fn offset(&self, rel: u32) -> u64 {
-        field(&self.bytes, self.offsets_at + 8 * rel as usize)
+    /// The byte of the log where the event at `rel` starts. Fallible because the block it lies
+    /// in may be read (and checked) for the first time here; on a warm block the cost is a bit
+    /// test.
+    #[inline]
+    pub fn offset(&self, rel: u32) -> Result<u64> {
+        let at = self.offsets_at + 8 * rel as usize;
+        Ok(field(self.blocks.source_of_entry(at, 8)?, at))
     }
 
     pub fn type_id(&self, name: &str) -> Option<u32> {
         self.type_ids.get(name).copied()
     }
 
-    pub fn type_at(&self, rel: u32) -> u32 {
-        let at = self.types_at + if self.wide_types { 4 } else { 2 } * rel as usize;
-        if self.wide_types {
-            u32::from_le_bytes(self.bytes[at..at + 4].try_into().unwrap())
+    /// The segment-local type id of the event at `rel` (fallible like [`VerifiedIndex::offset`]).
+    #[inline]
+    pub fn type_at(&self, rel: u32) -> Result<u32> {
+        let width = if self.wide_types { 4 } else { 2 };
+        let at = self.types_at + width * rel as usize;
+        let bytes = self.blocks.source_of_entry(at, width)?;
+        Ok(if self.wide_types {
+            u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
         } else {
-            u16::from_le_bytes(self.bytes[at..at + 2].try_into().unwrap()) as u32
-        }
+            u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap()) as u32
+        })
     }
 
     /// Whether an event of this segment may carry `tag` (false: none does). With `build`, the
@@ -765,17 +1100,26 @@ impl VerifiedIndex {
     /// by one pass over the tag's events' type column the first time it is asked, then kept: the
     /// segment never changes, and only frequent tags are asked (see the planner), so what is kept
     /// is a few ids for at most one tag in [`TYPE_SET_MIN_EVENTS`] events.
-    pub fn types_with_tag(&self, tag: &str, postings: &Postings) -> Arc<[u32]> {
+    pub fn types_with_tag(&self, tag: &str, postings: &Postings) -> Result<Arc<[u32]>> {
         if let Some(types) = self.tag_types.lock().unwrap_or_else(|p| p.into_inner()).get(tag) {
-            return types.clone();
+            return Ok(types.clone());
         }
         let mut seen = std::collections::BTreeSet::new();
-        postings.for_each_up_to((self.count as u32).saturating_sub(1), |rel| {
-            seen.insert(self.type_at(rel));
+        let mut failed = None;
+        postings.for_each_up_to((self.count as u32).saturating_sub(1), |rel| match self.type_at(rel) {
+            Ok(id) => {
+                seen.insert(id);
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
         });
+        if let Some(error) = failed {
+            return Err(error);
+        }
         let types: Arc<[u32]> = seen.into_iter().collect();
         self.tag_types.lock().unwrap_or_else(|p| p.into_inner()).insert(tag.into(), types.clone());
-        types
+        Ok(types)
     }
 
     /// How many tag-dictionary lookups this index has answered.
@@ -790,50 +1134,48 @@ impl VerifiedIndex {
         self.postings_of_value(value, tag.as_bytes()).map(Some)
     }
 
-    /// The postings a tag-dictionary value stands for (`tag` names it in errors).
+    /// The postings a tag-dictionary value stands for (`tag` names it in errors). The blocks
+    /// its bytes lie in are checked here, before any of them is read; the postings then read
+    /// only those bytes.
     fn postings_of_value(&self, value: u64, tag: &[u8]) -> Result<Postings> {
         let payload = value & PAYLOAD_MASK;
         let bad = || {
             let tag = String::from_utf8_lossy(tag);
             Error::corruption(format!("index of segment {}: postings of {tag:?} are damaged", Position(self.base)))
         };
-        let blob = &self.bytes[self.postings_at..self.postings_end];
-        let at = payload as usize;
+        let blob_end = self.postings_end;
+        // Where the list starts in the file, if inside the blob.
+        let start = usize::try_from(payload).ok().and_then(|p| p.checked_add(self.postings_at)).filter(|&at| at < blob_end);
         let list = match value >> 62 {
             TIER_SINGLE => SortedList::Owned(Arc::from([payload as u32])),
             TIER_SHORT => {
-                let mut cursor = at;
-                let n = get_varint(blob, &mut cursor).ok_or_else(bad)? as usize;
+                let start = start.ok_or_else(bad)?;
+                let end = (start + SHORT_LIST_MAX_BYTES).min(blob_end);
+                let bytes = &self.blocks.source(start, end)?[start..end];
+                let mut cursor = 0;
+                let n = get_varint(bytes, &mut cursor).ok_or_else(bad)? as usize;
                 let mut rels = Vec::with_capacity(n.min(SHORT_LIST_MAX));
                 let mut rel = 0u64;
                 for i in 0..n {
-                    let step = get_varint(blob, &mut cursor).ok_or_else(bad)?;
+                    let step = get_varint(bytes, &mut cursor).ok_or_else(bad)?;
                     rel = if i == 0 { step } else { rel + step };
                     rels.push(u32::try_from(rel).map_err(|_| bad())?);
                 }
                 SortedList::Owned(rels.into())
             }
             tier => {
-                let n = blob
-                    .get(at..at + 4)
-                    .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
-                    .ok_or_else(bad)? as usize;
-                if tier == TIER_DENSE {
-                    let bytes = (self.count as usize).div_ceil(8);
-                    if blob.len() < at + 4 + bytes {
-                        return Err(bad());
-                    }
-                    return Ok(Postings::Bitmap {
-                        file: self.bytes.clone(),
-                        at: self.postings_at + at + 4,
-                        bytes,
-                        count: n as u32,
-                    });
-                }
-                if blob.len() < at + 4 + 4 * n {
+                let start = start.filter(|&at| at + 4 <= blob_end).ok_or_else(bad)?;
+                let n = field_u32(self.blocks.source(start, start + 4)?, start) as usize;
+                let len = if tier == TIER_DENSE { (self.count as usize).div_ceil(8) } else { 4 * n };
+                let end = start + 4 + len;
+                if end > blob_end {
                     return Err(bad());
                 }
-                SortedList::InFile { file: self.bytes.clone(), at: self.postings_at + at + 4, len: n }
+                let file = self.blocks.source(start, end)?.clone();
+                if tier == TIER_DENSE {
+                    return Ok(Postings::Bitmap { file, at: start + 4, bytes: len, count: n as u32 });
+                }
+                SortedList::InFile { file, at: start + 4, len: n }
             }
         };
         Ok(Postings::List(list))

@@ -40,8 +40,10 @@ pub(crate) enum SegmentIndex {
 }
 
 impl SegmentIndex {
-    /// The index ready for lookups. A sealed segment's index file is verified by the first
-    /// call (open checks only its header); a damaged one is `Corruption` here.
+    /// The index ready for lookups. A sealed segment's index file has its block table and
+    /// dictionaries verified by the first call (open checks only its header; each other block
+    /// is checked by the lookup that first reads it); damage is answered from an index rebuilt
+    /// from the log, or is `Corruption` if the log cannot give it.
     pub fn view(&self) -> Result<IndexView<'_>> {
         Ok(match self {
             SegmentIndex::Tail(tail) => IndexView::Tail(tail),
@@ -58,9 +60,12 @@ pub(crate) enum IndexView<'a> {
 }
 
 impl IndexView<'_> {
-    pub fn offset(&self, rel: u32) -> u64 {
+    /// Fallible because a sealed index checks the block it reads on its first read (see
+    /// `file::BlockChecks`).
+    #[inline]
+    pub fn offset(&self, rel: u32) -> Result<u64> {
         match self {
-            IndexView::Tail(tail) => tail.offset(rel),
+            IndexView::Tail(tail) => Ok(tail.offset(rel)),
             IndexView::Sealed(file) => file.offset(rel),
         }
     }
@@ -72,9 +77,10 @@ impl IndexView<'_> {
         }
     }
 
-    pub fn type_at(&self, rel: u32) -> u32 {
+    #[inline]
+    pub fn type_at(&self, rel: u32) -> Result<u32> {
         match self {
-            IndexView::Tail(tail) => tail.type_at(rel),
+            IndexView::Tail(tail) => Ok(tail.type_at(rel)),
             IndexView::Sealed(file) => file.type_at(rel),
         }
     }

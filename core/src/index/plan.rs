@@ -40,8 +40,13 @@ impl SegmentAccess<'_> {
     /// The event at `rel`, its record checksum verified: open does not read sealed segments,
     /// so this is where damage inside one is found (as `Corruption`, never as wrong data).
     pub fn event(&self, rel: u32) -> Result<EventView<'_>> {
+        self.event_at(rel, self.index.offset(rel)?)
+    }
+
+    /// [`SegmentAccess::event`] for a caller that has looked up the event's `offset` already.
+    pub fn event_at(&self, rel: u32, offset: u64) -> Result<EventView<'_>> {
         let log: &[u8] = self.log.bytes()?;
-        let offset = self.index.offset(rel) as usize;
+        let offset = offset as usize;
         let position = Position(self.base + rel as u64);
         let bad = |why: &str| Error::corruption(format!("event {position}: {why}"));
         let frame = log.get(offset..offset + FRAME_LEN).ok_or_else(|| bad("lies outside its segment"))?;
@@ -49,7 +54,7 @@ impl SegmentAccess<'_> {
         let stored = u32::from_le_bytes(frame[4..8].try_into().unwrap());
         let len = u32::from_le_bytes(len_bytes) as usize;
         let payload = log.get(offset + FRAME_LEN..offset + FRAME_LEN + len).ok_or_else(|| bad("runs past its segment"))?;
-        let seed = self.chain_seed(log, rel, offset).ok_or_else(|| bad("the record before it is damaged"))?;
+        let seed = self.chain_seed(log, rel, offset)?.ok_or_else(|| bad("the record before it is damaged"))?;
         if record_crc(seed, len_bytes, payload) != stored {
             return Err(bad("its bytes do not match their checksum"));
         }
@@ -58,16 +63,17 @@ impl SegmentAccess<'_> {
 
     /// The CRC of the record just before the event at `offset`: the segment header's, the
     /// previous event's in the same batch, or the commit marker of the batch before.
-    fn chain_seed(&self, log: &[u8], rel: u32, offset: usize) -> Option<u32> {
+    /// None: the bytes that would give it are damaged.
+    fn chain_seed(&self, log: &[u8], rel: u32, offset: usize) -> Result<Option<u32>> {
         let crc_at = |at: usize| log.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
         if rel > 0 && offset != HEADER_LEN {
-            let previous = self.index.offset(rel - 1) as usize;
-            let previous_len = crc_at(previous)? as usize;
-            if previous + FRAME_LEN + previous_len == offset {
-                return crc_at(previous + 4);
+            let previous = self.index.offset(rel - 1)? as usize;
+            let Some(previous_len) = crc_at(previous) else { return Ok(None) };
+            if previous + FRAME_LEN + previous_len as usize == offset {
+                return Ok(crc_at(previous + 4));
             }
         }
-        chain_before(log, offset)
+        Ok(chain_before(log, offset))
     }
 }
 
@@ -194,10 +200,13 @@ fn accepts(plan: &ItemPlan, segment: &SegmentAccess<'_>, rel: u32) -> Result<boo
     Ok(match plan {
         ItemPlan::Never => false,
         ItemPlan::Every => true,
-        ItemPlan::TypeColumn { type_ids } => type_ids.contains(&segment.index.type_at(rel)),
+        ItemPlan::TypeColumn { type_ids } => type_ids.contains(&segment.index.type_at(rel)?),
         ItemPlan::Postings { others, type_ids, .. } => {
-            type_ids.as_ref().is_none_or(|ids| ids.contains(&segment.index.type_at(rel)))
-                && others.iter().all(|p| p.contains(rel))
+            let type_matches = match type_ids {
+                None => true,
+                Some(ids) => ids.contains(&segment.index.type_at(rel)?),
+            };
+            type_matches && others.iter().all(|p| p.contains(rel))
         }
         ItemPlan::Scan(item) => item.matches(&segment.event(rel)?),
     })
@@ -249,7 +258,7 @@ fn plan_item(
     // types each frequent tag occurs with are found once per segment and kept.
     if let (IndexView::Sealed(file), Some(type_ids)) = (index, &type_ids) {
         if shortest >= TYPE_SET_MIN_EVENTS {
-            let with_tag = file.types_with_tag(counted[0].1, &driver);
+            let with_tag = file.types_with_tag(counted[0].1, &driver)?;
             if !type_ids.iter().any(|id| with_tag.binary_search(id).is_ok()) {
                 return Ok(ItemPlan::Never);
             }

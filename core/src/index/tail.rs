@@ -68,8 +68,8 @@ impl TailIndex {
         }
         tail.next_type_id.store(next_type_id, Ordering::Relaxed);
         for rel in 0..index.count() as u32 {
-            tail.offsets.set(rel as usize, index.offset(rel));
-            tail.types.set(rel as usize, index.type_at(rel));
+            tail.offsets.set(rel as usize, index.offset(rel)?);
+            tail.types.set(rel as usize, index.type_at(rel)?);
         }
         let last = (index.count() as u32).saturating_sub(1);
         let tags = tail.tags.pin();

@@ -207,6 +207,18 @@ impl Snapshot {
         walk.next(|_| ())
     }
 
+    /// Index bytes whose checksums this snapshot's sealed segments have verified so far, for
+    /// tests of what a read costs.
+    pub fn verified_index_bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|s| match &**s.index.load() {
+                SegmentIndex::Sealed(file) => file.verified_bytes(),
+                SegmentIndex::Tail(_) => 0,
+            })
+            .sum()
+    }
+
     /// Tag-dictionary lookups made so far in this snapshot's sealed segments, for tests.
     pub fn tag_lookups(&self) -> u64 {
         self.segments
@@ -333,7 +345,7 @@ impl Walk {
             match walk.next(&access)? {
                 Some(rel) => {
                     self.in_segment += 1;
-                    let offset = access.index.offset(rel);
+                    let offset = access.index.offset(rel)?;
                     if self.in_segment == 1 {
                         self.first_offset = offset;
                     }
@@ -345,7 +357,7 @@ impl Walk {
                         let log = entry.log.bytes()?;
                         self.prefetched = prefetch(log, offset as usize, self.backwards, self.prefetched);
                     }
-                    let event = access.event(rel)?;
+                    let event = access.event_at(rel, offset)?;
                     return Ok(Some((event.position, visit(&event))));
                 }
                 None => self.current = None,
