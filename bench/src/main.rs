@@ -916,6 +916,7 @@ fn run() -> Result<(), String> {
                 .ok_or("unconditional append rejected")?;
             i += n;
         }
+        sys.settle()?;
         eprintln!(
             "  built {} 1 KiB corpus: {} events",
             k.name(),
@@ -961,6 +962,7 @@ fn run() -> Result<(), String> {
                 i += n;
             }
             let secs = t.elapsed().as_secs_f64();
+            sys.settle()?;
             eprintln!(
                 "  built {} {name}: {} events in {secs:.1} s",
                 k.name(),
