@@ -107,6 +107,7 @@ pub(crate) fn types(published: &Published) -> Result<Vec<(String, u64)>> {
     each_visible_index(published, |index, last| {
         match index {
             IndexView::Sealed(file) => {
+                file.prefetch_whole();
                 let mut per_id: HashMap<u32, u64> = HashMap::new();
                 for rel in 0..=last {
                     *per_id.entry(file.type_at(rel)?).or_default() += 1;

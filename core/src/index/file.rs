@@ -395,6 +395,9 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
     let mut firsts = Vec::with_capacity(parts.len());
     let mut count = 0usize;
     for part in parts {
+        part.prefetch_whole();
+    }
+    for part in parts {
         if part.base != base + count as u64 {
             return Err(std::io::Error::other(format!(
                 "the parts of segment {base} are not contiguous: one starts at {}, not {}",
@@ -544,7 +547,7 @@ impl Header {
             2 => INDEX_HEADER_LEN,
             _ => {
                 return Err(Error::corruption(format!(
-                    "format version {version}; this build reads versions 1 to {INDEX_FORMAT_VERSION}"
+                    "format version {version}; this build reads versions 1 to {INDEX_FORMAT_VERSION} (a newer Lapilli wrote it, or its header is damaged)"
                 )));
             }
         };
@@ -693,6 +696,12 @@ struct BlockChecks {
     /// written (the rebuild is deterministic and its header, block table included, must equal
     /// the file's), so it answers for every block from then on.
     rebuilt: OnceLock<Arc<FileBytes>>,
+    /// Why the rebuild failed, once it has: kept, so that every later lookup touching a
+    /// damaged block answers at once rather than encoding the whole segment again.
+    rebuild_failed: OnceLock<Error>,
+    /// Held while rebuilding: readers that find damage at once wait for one rebuild rather
+    /// than each encode the segment (and hold a copy of the index each).
+    rebuilding: Mutex<()>,
 }
 
 impl BlockChecks {
@@ -737,6 +746,12 @@ impl BlockChecks {
         }
     }
 
+    /// Whether the block holding the file's byte `at` has not been read (and checked) yet: the
+    /// first touch, when its pages are likely not in memory either.
+    fn first_touch(&self, at: usize) -> bool {
+        self.rebuilt.get().is_none() && !self.is_checked(at / INDEX_BLOCK_LEN)
+    }
+
     /// Checks every block the file's bytes `start..end` lie in that is not checked yet.
     fn check_range(&self, start: usize, end: usize) -> Result<()> {
         if start >= end {
@@ -775,6 +790,21 @@ impl BlockChecks {
     /// the damage at first use and rebuilds the same way), and the read goes on with them.
     fn rebuild(&self, damage: Error) -> Result<&Arc<FileBytes>> {
         let Some(source) = &self.rebuild else { return Err(damage) };
+        let _one_at_a_time = self.rebuilding.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rebuilt) = self.rebuilt.get() {
+            return Ok(rebuilt);
+        }
+        if let Some(failed) = self.rebuild_failed.get() {
+            return Err(failed.clone());
+        }
+        let outcome = self.rebuild_now(source, damage);
+        if let Err(error) = &outcome {
+            let _ = self.rebuild_failed.set(error.clone());
+        }
+        outcome
+    }
+
+    fn rebuild_now(&self, source: &RebuildSource, damage: Error) -> Result<&Arc<FileBytes>> {
         let path = source.path.display();
         let bytes = source.encode().map_err(|e| match e.kind() {
             ErrorKind::Corruption => Error::corruption(format!(
@@ -965,10 +995,28 @@ impl IndexFile {
     }
 
     fn verify(&self, bytes: Arc<FileBytes>, check: Check) -> Result<VerifiedIndex> {
+        if check == Check::FirstUse {
+            // A sealed index is read by point lookups (a tag's postings, an event's offset): no
+            // read-around of each fault, which with the device's read-ahead (8 MiB here) made a
+            // cold read of ~100 events read 181 MB, 8 MiB for the header alone. Set before the
+            // header's page is touched. What is read whole is asked for at once below, and
+            // walks through many entries prefetch them (`VerifiedIndex::prefetch_entries`).
+            bytes.advise_point_reads();
+        }
         let header = Header::parse(&bytes, self.base)?;
         // The file checked at open, still: same header, same length.
         if header.header_crc != self.header_crc || bytes.len() != header.file_len {
             return Err(Error::corruption("changed since the store was opened"));
+        }
+        if check == Check::FirstUse {
+            if header.version == 1 {
+                // Checked whole: read whole, in one request.
+                bytes.prefetch(0, header.file_len);
+            } else {
+                // The block table and the dictionaries, read whole at first use.
+                bytes.prefetch(header.body_end, header.file_len - header.body_end);
+                bytes.prefetch(header.type_dict_at, header.postings_at - header.type_dict_at);
+            }
         }
         let blocks = block_count(header.body_end);
         let mut block_crcs: Box<[u32]> = Box::default();
@@ -998,6 +1046,8 @@ impl IndexFile {
             verified_bytes: AtomicU64::new(verified_bytes as u64),
             rebuild: (check == Check::FirstUse).then(|| self.rebuild_source()),
             rebuilt: OnceLock::new(),
+            rebuild_failed: OnceLock::new(),
+            rebuilding: Mutex::new(()),
         };
         // What is read whole is checked whole now: the type dictionary (parsed into a map) and
         // the tag dictionary (the `fst` crate reads a byte slice, with no hook to check what it
@@ -1104,14 +1154,22 @@ impl VerifiedIndex {
         if let Some(types) = self.tag_types.lock().unwrap_or_else(|p| p.into_inner()).get(tag) {
             return Ok(types.clone());
         }
+        // A frequent tag's events' types, all over the type column: read it in at once.
+        let width = if self.wide_types { 4 } else { 2 };
+        self.blocks.bytes.prefetch(self.types_at, width * self.count as usize);
         let mut seen = std::collections::BTreeSet::new();
         let mut failed = None;
-        postings.for_each_up_to((self.count as u32).saturating_sub(1), |rel| match self.type_at(rel) {
-            Ok(id) => {
-                seen.insert(id);
+        // Stops reading at the first error: each later read of a damaged block would check it
+        // again (and, without a rebuild, fail again).
+        postings.for_each_up_to((self.count as u32).saturating_sub(1), |rel| {
+            if failed.is_some() {
+                return;
             }
-            Err(e) => {
-                failed.get_or_insert(e);
+            match self.type_at(rel) {
+                Ok(id) => {
+                    seen.insert(id);
+                }
+                Err(e) => failed = Some(e),
             }
         });
         if let Some(error) = failed {
@@ -1151,6 +1209,7 @@ impl VerifiedIndex {
             TIER_SHORT => {
                 let start = start.ok_or_else(bad)?;
                 let end = (start + SHORT_LIST_MAX_BYTES).min(blob_end);
+                let cold = self.blocks.first_touch(start);
                 let bytes = &self.blocks.source(start, end)?[start..end];
                 let mut cursor = 0;
                 let n = get_varint(bytes, &mut cursor).ok_or_else(bad)? as usize;
@@ -1160,6 +1219,9 @@ impl VerifiedIndex {
                     let step = get_varint(bytes, &mut cursor).ok_or_else(bad)?;
                     rel = if i == 0 { step } else { rel + step };
                     rels.push(u32::try_from(rel).map_err(|_| bad())?);
+                }
+                if cold {
+                    self.prefetch_offsets_of(&rels);
                 }
                 SortedList::Owned(rels.into())
             }
@@ -1171,6 +1233,10 @@ impl VerifiedIndex {
                 if end > blob_end {
                     return Err(bad());
                 }
+                if end - start > INDEX_BLOCK_LEN && self.blocks.first_touch(end - 1) {
+                    // Read whole now (to be checked): one request, not a fault per page.
+                    self.blocks.bytes.prefetch(start, end - start);
+                }
                 let file = self.blocks.source(start, end)?.clone();
                 if tier == TIER_DENSE {
                     return Ok(Postings::Bitmap { file, at: start + 4, bytes: len, count: n as u32 });
@@ -1181,9 +1247,46 @@ impl VerifiedIndex {
         Ok(Postings::List(list))
     }
 
+    /// About to read every entry of the index (a merge, a tail takeover, an inventory): ask for
+    /// the whole file at once, since with point-read advice each page would otherwise be a
+    /// fault and a read of its own.
+    pub fn prefetch_whole(&self) {
+        self.blocks.bytes.prefetch(0, self.blocks.bytes.len());
+    }
+
+    /// A short list looked up for the first time: its events' offsets are about to be read one
+    /// by one, each a page of its own, likely cold; ask for those pages at once, so the device
+    /// reads them together rather than one fault after another.
+    fn prefetch_offsets_of(&self, rels: &[u32]) {
+        let mut last_page = usize::MAX;
+        for &rel in rels {
+            let at = self.offsets_at + 8 * rel as usize;
+            let page = at / INDEX_BLOCK_LEN;
+            if page != last_page && self.blocks.first_touch(at) {
+                self.blocks.bytes.prefetch(at, 8);
+            }
+            last_page = page;
+        }
+    }
+
+    /// A walk at `rel` that goes on through many of this segment's events, in `backwards`
+    /// direction or not: starts reading the offsets (and type column) entries of the next
+    /// `entries` events, since with point-read advice each page would otherwise be a fault and
+    /// a read of its own. Returns the far end of what was asked for.
+    pub fn prefetch_entries(&self, rel: u32, entries: u32, backwards: bool) -> u32 {
+        let last = (self.count as u32).saturating_sub(1);
+        let (from, to) = if backwards { (rel.saturating_sub(entries), rel) } else { (rel, rel.saturating_add(entries).min(last)) };
+        let n = (to - from + 1) as usize;
+        let width = if self.wide_types { 4 } else { 2 };
+        self.blocks.bytes.prefetch(self.offsets_at + 8 * from as usize, 8 * n);
+        self.blocks.bytes.prefetch(self.types_at + width * from as usize, width * n);
+        if backwards { from } else { to }
+    }
+
     /// Every tag with its postings, in byte order, and every type id with its name: what a tail
     /// index needs to take this index's events over (see `TailIndex::from_index`).
     pub fn each_tag(&self, mut visit: impl FnMut(&[u8], Postings)) -> Result<()> {
+        self.prefetch_whole();
         use fst::Streamer;
         let mut stream = self.fst.stream();
         while let Some((tag, value)) = stream.next() {
@@ -1224,7 +1327,30 @@ impl VerifiedIndex {
     /// How many events carry `tag`, without decoding its list. Damaged postings are
     /// `Corruption`, never a count of 0 (which the planner would take for "no match here").
     pub fn tag_count(&self, tag: &str) -> Result<u32> {
-        Ok(self.postings(tag)?.map_or(0, |p| p.count() as u32))
+        self.tag_lookups.fetch_add(1, Ordering::Relaxed);
+        let Some(value) = self.fst.get(tag) else { return Ok(0) };
+        match value >> 62 {
+            TIER_SINGLE => Ok(1),
+            // A short list is small: decoding it costs what reading its count does.
+            TIER_SHORT => Ok(self.postings_of_value(value, tag.as_bytes())?.count() as u32),
+            // A long list or a bitmap starts with its count: only that block is read and
+            // checked (the planner counts every tag of an item to pick the rarest; checking a
+            // hot tag's whole list for that cost I/O in proportion to the list).
+            _ => {
+                let bad = || {
+                    Error::corruption(format!(
+                        "index of segment {}: postings of {tag:?} are damaged",
+                        Position(self.base)
+                    ))
+                };
+                let start = usize::try_from(value & PAYLOAD_MASK)
+                    .ok()
+                    .and_then(|p| p.checked_add(self.postings_at))
+                    .filter(|&at| at + 4 <= self.postings_end)
+                    .ok_or_else(bad)?;
+                Ok(field_u32(self.blocks.source(start, start + 4)?, start))
+            }
+        }
     }
 }
 

@@ -77,6 +77,15 @@ impl IndexView<'_> {
         }
     }
 
+    /// See `VerifiedIndex::prefetch_entries`; a tail index is in memory (returns `rel` + or -
+    /// `entries`, as if asked).
+    pub fn prefetch_entries(&self, rel: u32, entries: u32, backwards: bool) -> u32 {
+        match self {
+            IndexView::Tail(_) => if backwards { rel.saturating_sub(entries) } else { rel.saturating_add(entries) },
+            IndexView::Sealed(file) => file.prefetch_entries(rel, entries, backwards),
+        }
+    }
+
     #[inline]
     pub fn type_at(&self, rel: u32) -> Result<u32> {
         match self {

@@ -57,6 +57,7 @@ impl TailIndex {
     /// A tail index holding the events of `index` (a part of the active segment that open
     /// gives back to the writer to carry on), built from the index alone: no log byte is read.
     pub fn from_index(index: &VerifiedIndex) -> Result<TailIndex> {
+        index.prefetch_whole();
         let tail = TailIndex::new();
         let mut next_type_id = 0;
         {

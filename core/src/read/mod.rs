@@ -233,6 +233,9 @@ impl Snapshot {
 
 /// How far ahead of a sequential walk the log is prefetched, and how much at a time.
 const PREFETCH_BYTES: usize = 4 << 20;
+/// Index entries (event offsets, type ids) prefetched ahead of such a walk at a time: 512 KiB
+/// of offsets.
+const INDEX_PREFETCH_ENTRIES: u32 = 64 << 10;
 /// Events a walk yields from a segment before it starts prefetching.
 const PREFETCH_AFTER: u32 = 64;
 /// A walk through postings whose matches so far lie closer than this on average (a hot tag's)
@@ -279,6 +282,9 @@ pub(crate) struct Walk {
     current: Option<(usize, Arc<SegmentIndex>, SegmentWalk)>,
     /// For a sequential walk, the log bytes already prefetched (the byte range's far end).
     prefetched: Option<usize>,
+    /// For a walk through many of a sealed segment's events, the index entries (offsets, type
+    /// column) already prefetched (the far end's relative position).
+    index_prefetched: Option<u32>,
     /// Next segment to open, in walk order; None when done.
     next_segment: Option<usize>,
     /// A condition check: builds sealed segments' tag filters on first use.
@@ -294,7 +300,7 @@ impl Walk {
         let high = high.min(snapshot.head);
         let next_segment = (low <= high && low >= 1)
             .then(|| if backwards { snapshot.segment_of(high) } else { snapshot.segment_of(low) });
-        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, next_segment, build_filters: false, in_segment: 0, first_offset: 0 }
+        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, index_prefetched: None, next_segment, build_filters: false, in_segment: 0, first_offset: 0 }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -336,6 +342,14 @@ impl Walk {
                     self.build_filters,
                 )?;
                 self.prefetched = None;
+                self.index_prefetched = None;
+                if walk.is_sequential() {
+                    // A scan reads the type column (or every offset) of its whole window: ask
+                    // for it at once rather than fault through it page by page.
+                    let (from, to) = ((first - entry.base) as u32, (last - entry.base) as u32);
+                    let start = if self.backwards { to } else { from };
+                    self.index_prefetched = Some(access.index.prefetch_entries(start, to - from, self.backwards));
+                }
                 self.in_segment = 0;
                 self.current = Some((i, index, walk));
             }
@@ -356,6 +370,16 @@ impl Walk {
                     if self.in_segment > PREFETCH_AFTER && (walk.is_sequential() || dense()) {
                         let log = entry.log.bytes()?;
                         self.prefetched = prefetch(log, offset as usize, self.backwards, self.prefetched);
+                        // The index entries the walk reads on the way, likewise ahead of it.
+                        let due = match self.index_prefetched {
+                            None => true,
+                            Some(end) if self.backwards => rel <= end.saturating_add(INDEX_PREFETCH_ENTRIES / 2),
+                            Some(end) => rel.saturating_add(INDEX_PREFETCH_ENTRIES / 2) >= end,
+                        };
+                        if due {
+                            self.index_prefetched =
+                                Some(access.index.prefetch_entries(rel, INDEX_PREFETCH_ENTRIES, self.backwards));
+                        }
                     }
                     let event = access.event_at(rel, offset)?;
                     return Ok(Some((event.position, visit(&event))));

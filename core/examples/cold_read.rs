@@ -1,0 +1,49 @@
+//! Diagnostic: what a cold read of one tag costs (time, bytes read from the device, major page
+//! faults), after evicting the store's files from the page cache with the store open.
+//!   cargo run --release --example cold_read -- DIR TAG [TAG...]
+use std::os::unix::io::AsRawFd;
+
+fn evict(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if let Ok(file) = std::fs::File::open(&path) {
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
+}
+
+fn io() -> (u64, u64) {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap();
+    let read_bytes = io.lines().find(|l| l.starts_with("read_bytes:")).unwrap()[11..].trim().parse().unwrap();
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+    (read_bytes, fields[9].parse().unwrap())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = std::path::Path::new(&args[1]);
+    evict(dir);
+    let t = std::time::Instant::now();
+    let store = lapilli_core::Store::open_read_only(dir).unwrap();
+    println!("open {:?} head {}", t.elapsed(), store.head().unwrap());
+    for tag in &args[2..] {
+        evict(dir);
+        let (b0, f0) = io();
+        let t = std::time::Instant::now();
+        let events = store
+            .read(&lapilli_core::Query::for_tags([tag.as_str()]), lapilli_core::ReadOptions::default())
+            .unwrap()
+            .collect_all()
+            .unwrap();
+        let (b1, f1) = io();
+        println!(
+            "{tag}: {} events in {:?}; {} KiB read, {} major faults, {} index bytes verified",
+            events.len(),
+            t.elapsed(),
+            (b1 - b0) / 1024,
+            f1 - f0,
+            store.verified_index_bytes()
+        );
+    }
+}
