@@ -505,7 +505,9 @@ impl Store {
         self.ensure_open()?;
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.postgres() {
-            return ReadResult::postgres(pg.shared.clone(), query.clone(), options);
+            query.validate("query")?;
+            let head = pg.shared.fetch_head()?;
+            return ReadResult::postgres(pg.shared.clone(), query.clone(), options, head);
         }
         ReadResult::new(self.published.snapshot(), query.clone(), options)
     }

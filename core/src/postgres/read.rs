@@ -4,10 +4,6 @@
 //! transaction that inserts the events below it, so every position at or below a head read
 //! there is committed (no gap can be filled later): a read that stays below it sees a prefix,
 //! page after page, without holding a transaction open.
-//!
-//! A read's first look asks for the head in the same statement (`WITH h AS (SELECT head ...)`,
-//! the look's bounds written against `h.head`), so a small read (a decision's) costs one round
-//! trip fewer: the head and the first rows come from one snapshot.
 
 use std::sync::Arc;
 
@@ -45,9 +41,6 @@ pub(crate) struct PgRead {
     backwards: bool,
     /// The head pinned when the read began.
     pub head: u64,
-    /// Whether `head` is known yet: a read begun by [`PgRead::begin`] learns it from its first
-    /// look; until then `high` is only the read's own bound.
-    head_known: bool,
     /// At most this many more events are wanted (the read's limit).
     wanted: u64,
     page: Vec<Row>,
@@ -106,124 +99,12 @@ impl PgRead {
             high: high.min(head),
             backwards,
             head,
-            head_known: true,
             wanted,
             page: Vec::new(),
             next_row: 0,
             page_size: FIRST_PAGE,
             scratch: Vec::new(),
         }
-    }
-
-    /// A read of `after < position <= until` (no `until`: up to the head): its first page is
-    /// fetched now, in the statement that reads the head. `after` beyond the head is
-    /// `InvalidArgument`, as for the embedded store.
-    pub fn begin(
-        shared: Arc<PgShared>,
-        query: &Query,
-        after: u64,
-        until: Option<u64>,
-        backwards: bool,
-        wanted: u64,
-    ) -> Result<PgRead> {
-        // Bounded by i64::MAX: the bounds are bound as int8.
-        let high = until.unwrap_or(u64::MAX).min(i64::MAX as u64);
-        let mut read = PgRead::new(shared, query, after.saturating_add(1), high, backwards, high, wanted);
-        read.head_known = false;
-        if read.wanted > 0 && read.low <= read.high {
-            read.fetch()?;
-        }
-        if !read.head_known {
-            // Nothing to look at (a limit of 0, or `until` equal to `after`): the head alone.
-            let head = read.shared.fetch_head()?;
-            read.learn_head(head);
-        }
-        if after > read.head {
-            return Err(crate::error::Error::invalid(format!("after is {after}; the head is {}", read.head)));
-        }
-        Ok(read)
-    }
-
-    fn learn_head(&mut self, head: u64) {
-        self.head = head;
-        self.head_known = true;
-        self.high = self.high.min(head);
-        self.shared.published.publish_head_at_least(head);
-    }
-
-    /// The first look of a read begun without its head: the first `limit` matches of the
-    /// range `span` positions long (None: the whole window) at the window's near end, with the
-    /// window's far end bounded by the head read in the same statement. Returns the rows and
-    /// the head.
-    fn first_look(&self, span: Option<u64>, plan: Plan, limit: u64, budget: usize) -> Result<(Look, u64)> {
-        let order = if self.backwards { "DESC" } else { "ASC" };
-        let key = match plan {
-            Plan::Key => "position",
-            Plan::Matches => "position + 0",
-        };
-        // $1 = low, $2 = the read's own high bound; the window's far end is the lesser of that
-        // and the head. The same bounds as `fetch` computes once the head is known.
-        let high = "LEAST($2, h.head)";
-        let (low_sql, high_sql) = match (self.backwards, span) {
-            (false, None) => ("$1".to_string(), high.to_string()),
-            (false, Some(span)) => ("$1".to_string(), format!("LEAST($1 + {span} - 1, {high})")),
-            (true, None) => ("$1".to_string(), high.to_string()),
-            (true, Some(span)) => (format!("GREATEST($1, {high} - {span} + 1)"), high.to_string()),
-        };
-        // The context's name is [a-z0-9_]{1,40} (checked at open), so it can be a literal.
-        let statement = format!(
-            "WITH h AS (SELECT head FROM lapilli_contexts WHERE name = '{context}') \
-             SELECT e.position, e.type, e.tags, e.data, e.recorded_at, h.head FROM h LEFT JOIN LATERAL \
-             (SELECT position, type, tags, data, recorded_at FROM {events} WHERE position BETWEEN {low_sql} AND {high_sql} \
-             AND {condition} ORDER BY {key} {order} LIMIT {limit}) e ON true",
-            context = self.shared.context,
-            events = self.shared.events,
-            condition = self.condition.sql,
-        );
-        let low = self.low as i64;
-        let high = self.high as i64;
-        let shared = &self.shared;
-        let condition = &self.condition;
-        let backwards = self.backwards;
-        shared.with_client(|client| {
-            let fail = |e: postgres::Error| pg_error(&format!("cannot read from {}", shared.redacted), &e);
-            let mut stream = client.query_typed_raw(&statement, typed_params(&[&low, &high], condition)).map_err(fail)?;
-            let mut look = Look { rows: Vec::new(), bytes: 0, cut: false };
-            let mut head = None;
-            while let Some(row) = stream.next().map_err(fail)? {
-                head = Some(row.get::<_, i64>(5) as u64);
-                // The one row of a look that matched nothing: the head alone.
-                if row.get::<_, Option<i64>>(0).is_none() {
-                    continue;
-                }
-                look.bytes += row_bytes(&row);
-                look.rows.push(row);
-                if look.bytes >= budget {
-                    look.cut = true;
-                    break;
-                }
-            }
-            let head = head.ok_or_else(|| {
-                crate::error::Error::corruption(format!(
-                    "context {:?} in {} has no row in lapilli_contexts",
-                    shared.context, shared.redacted
-                ))
-            })?;
-            // A join with one outer row keeps the inner order in practice; SQL does not promise
-            // it, so it is checked (and restored) rather than assumed.
-            let position = |row: &Row| row.get::<_, i64>(0);
-            let ordered = look.rows.windows(2).all(|w| (position(&w[0]) < position(&w[1])) != backwards);
-            if !ordered {
-                look.rows.sort_by_key(|row| if backwards { -position(row) } else { position(row) });
-            }
-            Ok((look, head))
-        })
-    }
-
-    /// A look at the `span` positions at the near end of `low..=high`.
-    fn look_range(&self, low: u64, high: u64, span: u64, plan: Plan, limit: u64, budget: usize) -> Result<Look> {
-        let (range_low, range_high) = if self.backwards { (high - span + 1, high) } else { (low, low + span - 1) };
-        self.look(range_low, range_high, plan, limit, budget)
     }
 
     /// The first `limit` matches of `low..=high` in the read's direction, stopping early at
@@ -305,24 +186,8 @@ impl PgRead {
                 _ => (rest, Plan::Matches),
             };
             stage += 1;
-            let look_limit = limit - rows.len() as u64;
-            let (look, span) = if self.head_known {
-                (self.look_range(low, high, span, plan, look_limit, PAGE_BYTES - bytes)?, span)
-            } else {
-                // `high` is the read's own bound until this look says where the head is; the
-                // span is then cut to the window the head leaves (as the SQL did).
-                let whole = span == rest;
-                let (look, head) = self.first_look((!whole).then_some(span), plan, look_limit, PAGE_BYTES - bytes)?;
-                self.learn_head(head);
-                high = self.high;
-                if low > high {
-                    // `after` at (or beyond) the head: an empty window.
-                    break;
-                }
-                let rest = high - low + 1;
-                (look, if whole { rest } else { span.min(rest) })
-            };
             let (range_low, range_high) = if self.backwards { (high - span + 1, high) } else { (low, low + span - 1) };
+            let look = self.look(range_low, range_high, plan, limit - rows.len() as u64, PAGE_BYTES - bytes)?;
             let full = (rows.len() + look.rows.len()) as u64 == limit;
             bytes += look.bytes;
             cut = look.cut;

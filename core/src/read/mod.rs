@@ -436,20 +436,17 @@ impl ReadResult {
         })
     }
 
-    /// A read of a Postgres context; its head is read with its first page (see `PgRead::begin`).
+    /// A read of a Postgres context whose head was read as `head`.
     #[cfg(feature = "postgres")]
-    pub(crate) fn postgres(shared: Arc<crate::postgres::PgShared>, query: Query, options: ReadOptions) -> Result<ReadResult> {
-        // The rules that do not need the head, before any round trip.
-        query.validate("query")?;
-        let after = options.after.get();
-        if let Some(until) = options.until {
-            if until.get() < after {
-                return Err(Error::invalid(format!("until is {until}; it must not be below after ({after})")));
-            }
-        }
+    pub(crate) fn postgres(
+        shared: Arc<crate::postgres::PgShared>,
+        query: Query,
+        options: ReadOptions,
+        head: u64,
+    ) -> Result<ReadResult> {
+        let (low, high) = Self::window(&query, &options, head)?;
         let remaining = options.limit.unwrap_or(u64::MAX);
-        let until = options.until.map(|u| u.get());
-        let read = crate::postgres::PgRead::begin(shared, &query, after, until, options.backwards, remaining)?;
+        let read = crate::postgres::PgRead::new(shared, &query, low, high, options.backwards, head, remaining);
         Ok(ReadResult { source: ReadSource::Postgres(read), remaining })
     }
 
