@@ -38,11 +38,9 @@ pub(crate) use writer::PgAppend;
 /// The schema this build writes and reads. A context whose row says more was made by a newer
 /// Lapilli and is refused; one that says less would be migrated here (there is none yet).
 pub(crate) const SCHEMA_VERSION: i32 = 1;
-/// Idle connections kept for reads; more are opened when needed and closed after use (a new
-/// connection costs a server process: milliseconds, so keep enough for many readers).
-const POOLED_CONNECTIONS: usize = 32;
 /// The most connections a handle lends to reads at once, unless `?max_connections=` says
-/// otherwise; its writer and its listener have one each besides.
+/// otherwise (as many are kept open when idle); its writer and its listener have one each
+/// besides.
 const DEFAULT_READ_CONNECTIONS: usize = 32;
 /// How often the head row is polled when no notification arrives (the fallback for poolers
 /// that drop `LISTEN`); `?poll_ms=` in the URL changes it.
@@ -96,6 +94,9 @@ pub(crate) struct PgShared {
 struct Pool {
     idle: Vec<Client>,
     lent: usize,
+    /// The handle was closed: a connection coming back is closed, not kept (a read still
+    /// running at close would otherwise leave one open for as long as the `Store` lives).
+    closed: bool,
 }
 
 /// A connection lent to a read; it goes back to the pool (or, failed, is closed) and frees its
@@ -118,13 +119,18 @@ impl Drop for Lent<'_> {
         });
         let mut pool = self.shared.pool.lock().unwrap_or_else(|p| p.into_inner());
         pool.lent -= 1;
-        if let Some(client) = client {
-            if pool.idle.len() < POOLED_CONNECTIONS {
+        // Kept up to the cap's size (fewer would open and close connections under a load the
+        // cap allows); a connection not kept is closed after the lock is released.
+        let surplus = match client {
+            Some(client) if !pool.closed && pool.idle.len() < self.shared.max_lent => {
                 pool.idle.push(client);
+                None
             }
-        }
+            other => other,
+        };
         drop(pool);
         self.shared.returned.notify_one();
+        drop(surplus);
     }
 }
 
@@ -158,7 +164,7 @@ impl PgShared {
     /// A pooled connection the server closed while it was idle (a restart, a failover, a
     /// pooler's idle timeout) only says so when used: then the pool is emptied, since its other
     /// connections went the same way, and `work` runs once more on a new connection. Before,
-    /// each of up to `POOLED_CONNECTIONS` reads after a restart failed with `Io` in turn.
+    /// each of up to `max_connections` reads after a restart failed with `Io` in turn.
     pub fn with_client<T>(&self, mut work: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
         let mut lent = self.lend()?;
         let client = lent.client.as_mut().expect("a lent connection");
@@ -214,7 +220,7 @@ impl PgStore {
             events,
             channel,
             published,
-            pool: Mutex::new(Pool { idle: vec![client], lent: 0 }),
+            pool: Mutex::new(Pool { idle: vec![client], lent: 0, closed: false }),
             returned: Condvar::new(),
             max_lent: parsed.max_connections,
             poll: parsed.poll,
@@ -276,7 +282,13 @@ impl PgStore {
         }
         self.stop_listening.store(true, Ordering::Release);
         let _ = listener.join();
-        self.shared.pool.lock().unwrap_or_else(|p| p.into_inner()).idle.clear();
+        let idle = {
+            let mut pool = self.shared.pool.lock().unwrap_or_else(|p| p.into_inner());
+            pool.closed = true;
+            std::mem::take(&mut pool.idle)
+        };
+        self.shared.returned.notify_all();
+        drop(idle);
     }
 }
 
@@ -301,13 +313,28 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     let mut tls = false;
     let mut root_cert: Option<String> = None;
     let mut kept = Vec::new();
+    let mut sslmode_seen = false;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let (raw_key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        // Keys are matched as the driver will read them, decoded: `ssl%6Dode=disable` must not
+        // slip past the TLS rules below as an unknown key and then turn TLS off in the driver.
+        let key = percent_decode(raw_key).map_err(|why| bad(format!("a parameter name: {why}")))?;
+        let key = key.as_str();
+        if key == "sslmode" {
+            // The driver takes the last one given; two could turn off the TLS the first asked
+            // for (`sslmode=verify-full&...&sslmode=disable`).
+            if sslmode_seen {
+                return Err(bad("sslmode is given twice".to_string()));
+            }
+            sslmode_seen = true;
+        }
         match key {
             "context" => context = Some(value.to_string()),
             // As libpq: a PEM file of the authorities to trust instead of the default ones (a
-            // private CA, a cloud provider's bundle), or `system` for the default. Percent
-            // escapes are decoded, so a path with spaces or `&` can be given.
+            // private CA, a cloud provider's bundle), or `system` for the default. Unlike
+            // libpq, the default is the web's roots built into Lapilli (webpki-roots), not the
+            // operating system's store. Percent escapes are decoded, so a path with spaces or
+            // `&` can be given.
             "sslrootcert" => root_cert = Some(percent_decode(value).map_err(|why| bad(format!("sslrootcert: {why}")))?),
             "max_connections" => {
                 max_connections = value
@@ -387,7 +414,15 @@ fn redact(url: &str) -> String {
     let query = query.map(|query| {
         let pairs: Vec<String> = query
             .split('&')
-            .map(|pair| if pair.starts_with("password=") { "password=***".to_string() } else { pair.to_string() })
+            .map(|pair| {
+                // The driver decodes keys: `pass%77ord=` is a password too.
+                let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+                if percent_decode(key).is_ok_and(|key| key == "password") {
+                    format!("{key}=***")
+                } else {
+                    pair.to_string()
+                }
+            })
             .collect();
         format!("?{}", pairs.join("&"))
     });
