@@ -351,14 +351,9 @@ fn stats_count_a_postgres_handles_appends_and_file_listings_are_refused() {
     assert_eq!(store.stats().err().map(|e| e.kind()), Some(ErrorKind::Closed));
 }
 
-/// The server connections with this application name: asked on a plain connection of the
-/// test's own.
+/// The server connections with this application name.
 fn server_connections(base: &str, application: &str) -> i64 {
-    let mut client = postgres::Client::connect(base, postgres::NoTls).unwrap();
-    client
-        .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", &[&application])
-        .unwrap()
-        .get(0)
+    common::postgres::connections_of(base, application).1
 }
 
 /// `?max_connections=` caps the connections a handle lends to reads at once: 8 threads reading

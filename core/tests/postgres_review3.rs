@@ -22,17 +22,9 @@ fn fresh(prefix: &str) -> String {
 fn url(context: &str, extra: &str) -> String {
     format!("{}?context={context}{extra}", base())
 }
-/// (ssl connections, all connections) of this application name, seen by the server.
+/// (TLS connections, all connections) of this application name, seen by the server.
 fn connections(application: &str) -> (i64, i64) {
-    let mut client = postgres::Client::connect(&base(), postgres::NoTls).unwrap();
-    let row = client
-        .query_one(
-            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FROM pg_stat_activity a \
-             JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1",
-            &[&application],
-        )
-        .unwrap();
-    (row.get(0), row.get(1))
+    common::postgres::connections_of(&base(), application)
 }
 
 /// Finding: a later `sslmode=disable` undoes `sslmode=verify-full` (the driver takes the last

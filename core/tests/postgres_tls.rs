@@ -4,26 +4,13 @@
 
 mod common;
 
-use common::postgres::{context_url, database_url, fresh_context};
+use common::postgres::{connections_of, context_url, database_url, fresh_context};
 use lapilli_core::{ErrorKind, Event, Options, Query, ReadOptions, Store};
 
 fn ca_file() -> String {
     std::env::var("LAPILLI_TEST_POSTGRES_CA").expect("scripts/postgres.sh start exports LAPILLI_TEST_POSTGRES_CA")
 }
 
-/// How many of the server's connections with this application name are encrypted, and how many
-/// there are: asked on a plain connection of the test's own.
-fn connections_of(base: &str, application: &str) -> (i64, i64) {
-    let mut client = postgres::Client::connect(base, postgres::NoTls).unwrap();
-    let row = client
-        .query_one(
-            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FROM pg_stat_activity a \
-             JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1",
-            &[&application],
-        )
-        .unwrap();
-    (row.get(0), row.get(1))
-}
 
 #[test]
 fn a_store_opened_with_verify_full_and_the_servers_authority_talks_tls() {

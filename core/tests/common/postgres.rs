@@ -32,3 +32,18 @@ pub fn context_url(base: &str, context: &str) -> String {
     let separator = if base.contains('?') { '&' } else { '?' };
     format!("{base}{separator}context={context}")
 }
+
+/// The server's connections with this `application_name` (a handle's, when its URL sets it):
+/// how many use TLS, and how many there are; asked on a plain connection of the test's own to
+/// the server at `base`.
+pub fn connections_of(base: &str, application: &str) -> (i64, i64) {
+    let mut client = postgres::Client::connect(base, postgres::NoTls).unwrap();
+    let row = client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FROM pg_stat_activity a \
+             JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1",
+            &[&application],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
