@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "tests" / "interop" / "events.json"
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 LOG_FORMAT_VERSION = 1
-INDEX_FORMAT_VERSION = 1
+# Index format 2: 4 KiB blocks each with a CRC-32 (issue 14); every runtime writes it.
+INDEX_FORMAT_VERSION = 2
 
 
 def kotlin_command() -> list:
