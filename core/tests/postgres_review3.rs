@@ -7,6 +7,7 @@
 mod common;
 use std::time::{Duration, Instant};
 
+use common::postgres::{context_url, fresh_context as fresh};
 use lapilli_core::{ErrorKind, Event, Options, Position, Query, ReadOptions, Store};
 
 fn base() -> String {
@@ -15,12 +16,8 @@ fn base() -> String {
 fn ca() -> String {
     std::env::var("LAPILLI_TEST_POSTGRES_CA").expect("LAPILLI_TEST_POSTGRES_CA")
 }
-fn fresh(prefix: &str) -> String {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}_{}_{}", std::process::id(), stamp % 1_000_000_000_000)
-}
 fn url(context: &str, extra: &str) -> String {
-    format!("{}?context={context}{extra}", base())
+    format!("{}{extra}", context_url(&base(), context))
 }
 /// (TLS connections, all connections) of this application name, seen by the server.
 fn connections(application: &str) -> (i64, i64) {
