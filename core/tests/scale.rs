@@ -281,13 +281,16 @@ fn reading_a_hot_tag_in_the_active_segment_is_linear() {
 }
 
 /// A condition over the hot tag at a stale `after`, and a subscription's catch-up over it, are
-/// the same walk: linear too (checked against the same walk over half the events), in the small
-/// batches a consumer takes (each batch resumes the walk from its cursor).
+/// the same walk: linear too (checked against the same walk over a quarter of the events), in
+/// the small batches a consumer takes (each batch resumes the walk from its cursor). Four times
+/// the events, as in the read test: linear costs 4 times as much and quadratic 16, so the bound
+/// of 8 sits far from both (at twice the events the two were 2 and 4 apart, and a busy CI
+/// machine once measured 2.56 against a bound of 2.5).
 #[test]
 fn catch_up_over_a_hot_tag_in_the_active_segment_is_linear() {
     let _serial = serial();
     let (_small_dir, small) = store_with_hot_tag(K);
-    let (_large_dir, large) = store_with_hot_tag(2 * K);
+    let (_large_dir, large) = store_with_hot_tag(4 * K);
     let catch_up = |store: &Store| {
         let mut times = Vec::new();
         for _ in 0..3 {
@@ -305,5 +308,5 @@ fn catch_up_over_a_hot_tag_in_the_active_segment_is_linear() {
     };
     let (k_time, four_k_time) = (catch_up(&small), catch_up(&large));
     let ratio = four_k_time.as_secs_f64() / k_time.as_secs_f64();
-    assert!(ratio < 2.5, "catch-up of 2k events took {ratio:.2} times k ({four_k_time:?} vs {k_time:?})");
+    assert!(ratio < 8.0, "catch-up of 4k events took {ratio:.2} times k ({four_k_time:?} vs {k_time:?})");
 }
