@@ -523,8 +523,11 @@ check_core_tests() {
         test_summary "$CHECK/core-musl.log" nice -n 15 cargo-zigbuild test -p lapilli-core --target x86_64-unknown-linux-musl
     step "Rust core tests built for aarch64-unknown-linux-gnu, run under qemu-aarch64"
     arm64_sysroot
+    # LAPILLI_TEST_RUNNER: the crash, follow and open-cost tests start this same binary as
+    # children, which without a binfmt handler only qemu can run (core/tests/common/mod.rs).
     CARGO_TARGET_DIR=$ROOT/target/release-tests \
         CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $ARM_SYSROOT" \
+        LAPILLI_TEST_RUNNER="qemu-aarch64 -L $ARM_SYSROOT" \
         test_summary "$CHECK/core-aarch64.log" nice -n 15 cargo-zigbuild test -p lapilli-core --target aarch64-unknown-linux-gnu.2.17
 }
 

@@ -11,7 +11,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -126,7 +126,7 @@ fn start_child(dir: &Path, writer_base: u32, fault_spec: Option<&str>) -> Witnes
 }
 
 fn start_sized_child(dir: &Path, writer_base: u32, fault_spec: Option<&str>, segment_size: u64) -> Witnessed {
-    let mut command = Command::new(std::env::current_exe().unwrap());
+    let mut command = common::this_test_binary();
     command
         .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env("LAPILLI_CRASH_DIR", dir)

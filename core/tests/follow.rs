@@ -6,7 +6,7 @@ mod common;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -144,7 +144,7 @@ fn writer_child() {
 }
 
 fn start_writer(dir: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
+    common::this_test_binary()
         .args(["--exact", "writer_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env("LAPILLI_FOLLOW_DIR", dir)
         .stdout(std::process::Stdio::null())

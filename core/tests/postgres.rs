@@ -10,7 +10,6 @@ mod common;
 use common::postgres::{context_url, database_url, fresh_context};
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::Command;
 use std::time::Duration;
 
 use common::Rng;
@@ -179,10 +178,9 @@ fn racing_writers_leave_a_log_that_proves_every_verdict() {
     // The context exists before the writers race to open it (they would also be fine racing
     // to create it: that is serialised by an advisory lock).
     Store::open(&url, Options::default()).unwrap().close().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..WRITERS)
         .map(|writer| {
-            Command::new(&exe)
+            common::this_test_binary()
                 .args(["--ignored", "--exact", "racing_writer_child", "--nocapture", "--test-threads=1"])
                 .env("LAPILLI_RACE_URL", &url)
                 .env("LAPILLI_RACE_WRITER", writer.to_string())

@@ -90,10 +90,27 @@ pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// A command that runs this same test binary again, for tests that kill or race child
+/// processes. When the tests run under an emulator (`scripts/release.sh` runs the aarch64 build
+/// under `qemu-aarch64`, with no binfmt handler to start a foreign binary by itself), the
+/// emulator command line is in `LAPILLI_TEST_RUNNER` and each child starts through it too.
+pub fn this_test_binary() -> std::process::Command {
+    let exe = std::env::current_exe().unwrap();
+    match std::env::var("LAPILLI_TEST_RUNNER").ok().filter(|runner| !runner.trim().is_empty()) {
+        Some(runner) => {
+            let mut words = runner.split_whitespace();
+            let mut command = std::process::Command::new(words.next().unwrap());
+            command.args(words).arg(exe);
+            command
+        }
+        None => std::process::Command::new(exe),
+    }
+}
+
 /// A command that runs the test `name` of this same test binary in a child process; that test
 /// returns at once unless the environment the caller gives the child says what to do.
 pub fn child_test(name: &str) -> std::process::Command {
-    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    let mut command = this_test_binary();
     command.args(["--exact", name, "--nocapture", "--test-threads=1"]);
     command
 }
