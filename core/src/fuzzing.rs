@@ -48,7 +48,7 @@ pub fn index_file(bytes: &[u8]) {
         let _ = index.offset(rel);
         let _ = index.type_at(rel);
     }
-    for tag in index.tags() {
+    for tag in index.tags().unwrap_or_default() {
         if let Ok(Some(postings)) = index.postings(&tag) {
             let last = count.saturating_sub(1);
             let _ = postings.count();

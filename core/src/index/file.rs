@@ -80,6 +80,25 @@ const TIER_SHORT: u64 = 1;
 const TIER_LONG: u64 = 2;
 const TIER_DENSE: u64 = 3;
 const PAYLOAD_MASK: u64 = (1 << 62) - 1;
+/// What `fst::raw::Fst::new` reads at the start of a tag dictionary (its version and kind) and
+/// at its end (length and root address, and a checksum since the `fst` format version 3 that
+/// `fst` 0.4 writes).
+const FST_HEADER_BYTES: usize = 16;
+const FST_FOOTER_BYTES: usize = 20;
+/// The most bytes one node of a tag dictionary spans (`fst` 0.4's node encoding, `raw/node.rs`):
+/// a node ends at its address and is, at most, a state byte, a transition count, a byte of pack
+/// sizes, 256 transitions of 1 input byte + 8 address bytes + 8 output bytes, the 256-byte
+/// transition index of nodes with more than 32 transitions, and an 8-byte final output.
+const MAX_FST_NODE_BYTES: usize = 3 + 256 * (1 + 8 + 8) + 256 + 8;
+
+/// The root node's address in the tag dictionary `bytes` (which `fst::Map::new` has accepted:
+/// its footer is where `fst` reads it).
+fn fst_root_addr(bytes: &[u8]) -> usize {
+    let version = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let end = if version <= 2 { bytes.len() } else { bytes.len() - 4 };
+    u64::from_le_bytes(bytes[end - 8..end].try_into().unwrap()) as usize
+}
+
 /// Tags with at least this many events in a segment get their set of types found and kept when
 /// an item with types asks for them (see `VerifiedIndex::types_with_tag`).
 pub const TYPE_SET_MIN_EVENTS: u32 = 1024;
@@ -455,7 +474,8 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
     {
         use fst::Streamer;
         let mut builder = fst::MapBuilder::new(&mut out).map_err(std::io::Error::other)?;
-        let mut union = parts.iter().fold(fst::map::OpBuilder::new(), |op, part| op.add(&part.fst)).union();
+        let dictionaries = parts.iter().map(|part| part.dictionary().map_err(damaged)).collect::<std::io::Result<Vec<_>>>()?;
+        let mut union = dictionaries.iter().fold(fst::map::OpBuilder::new(), |op, dictionary| op.add(dictionary)).union();
         while let Some((tag, values)) = union.next() {
             let mut values = values.to_vec();
             values.sort_by_key(|v| v.index);
@@ -843,7 +863,12 @@ pub struct VerifiedIndex {
     types_at: usize,
     /// Segment-local type id by name: a query asks by name, per item and segment.
     type_ids: HashMap<Box<str>, u32>,
+    /// The tag dictionary over the file's bytes, which are checked as they are read: through
+    /// [`VerifiedIndex::tag_value`] or [`VerifiedIndex::dictionary`], never directly.
     fst: fst::Map<FileRange>,
+    fst_at: usize,
+    /// The address of the dictionary's root node, relative to `fst_at`.
+    fst_root: usize,
     postings_at: usize,
     postings_end: usize,
     /// Built on first use by a condition check (or by the sealer), then kept.
@@ -1013,9 +1038,10 @@ impl IndexFile {
                 // Checked whole: read whole, in one request.
                 bytes.prefetch(0, header.file_len);
             } else {
-                // The block table and the dictionaries, read whole at first use.
+                // The block table and the type dictionary, read whole at first use (the tag
+                // dictionary is read node by node, as lookups walk it).
                 bytes.prefetch(header.body_end, header.file_len - header.body_end);
-                bytes.prefetch(header.type_dict_at, header.postings_at - header.type_dict_at);
+                bytes.prefetch(header.type_dict_at, header.fst_at - header.type_dict_at);
             }
         }
         let blocks = block_count(header.body_end);
@@ -1049,11 +1075,20 @@ impl IndexFile {
             rebuild_failed: OnceLock::new(),
             rebuilding: Mutex::new(()),
         };
-        // What is read whole is checked whole now: the type dictionary (parsed into a map) and
-        // the tag dictionary (the `fst` crate reads a byte slice, with no hook to check what it
-        // touches). An error here is damage to the whole index, rebuilt by `verified`.
-        let whole = if check == Check::Whole { header.header_len..header.body_end } else { header.type_dict_at..header.postings_at };
-        blocks.check_range(whole.start, whole.end)?;
+        // What is read whole is checked whole now: the type dictionary, parsed into a map. Of
+        // the tag dictionary only what `fst` reads to open it, its first 16 and last 20 bytes
+        // (version, kind; length, root address, checksum): a lookup checks the blocks of the
+        // nodes it visits (`VerifiedIndex::tag_value`), a walk over every tag the whole
+        // dictionary first (`VerifiedIndex::dictionary`). With one tag per entity the dictionary
+        // is most of the index, and a cold read of one entity must not check all of it. An
+        // error here is damage to the whole index, rebuilt by `verified`.
+        if check == Check::Whole {
+            blocks.check_range(header.header_len, header.body_end)?;
+        } else {
+            blocks.check_range(header.type_dict_at, header.fst_at)?;
+            blocks.check_range(header.fst_at, (header.fst_at + FST_HEADER_BYTES).min(header.postings_at))?;
+            blocks.check_range(header.postings_at.saturating_sub(FST_FOOTER_BYTES).max(header.fst_at), header.postings_at)?;
+        }
         let mut at = header.type_dict_at;
         let dict = &bytes[..header.fst_at];
         let names = dict
@@ -1076,6 +1111,7 @@ impl IndexFile {
         }
         let fst = fst::Map::new(FileRange { bytes: bytes.clone(), start: header.fst_at, end: header.postings_at })
             .map_err(|e| Error::corruption(format!("tag dictionary: {e}")))?;
+        let fst_root = fst_root_addr(&bytes[header.fst_at..header.postings_at]);
         Ok(VerifiedIndex {
             blocks,
             base: self.base,
@@ -1085,6 +1121,8 @@ impl IndexFile {
             types_at: header.types_at,
             type_ids,
             fst,
+            fst_at: header.fst_at,
+            fst_root,
             postings_at: header.postings_at,
             postings_end: header.body_end,
             tag_filter: OnceLock::new(),
@@ -1129,21 +1167,65 @@ impl VerifiedIndex {
     /// segment's tag filter is built if it is not yet (reading its whole tag dictionary once);
     /// without, a segment whose filter is not built answers true.
     pub fn may_contain_tag(&self, tag: &str, build: bool) -> bool {
-        let filter = if build { Some(self.tag_filter()) } else { self.tag_filter.get() };
+        let filter = if build { self.tag_filter() } else { self.tag_filter.get() };
         filter.is_none_or(|filter| filter.may_contain(tag.as_bytes()))
     }
 
-    /// The segment's tag filter, built from its tag dictionary on first use.
-    pub fn tag_filter(&self) -> &TagFilter {
-        self.tag_filter.get_or_init(|| {
+    /// The segment's tag filter, built from its tag dictionary on first use; None while the
+    /// dictionary is damaged beyond rebuilding (not kept: the lookup that follows a "may
+    /// contain" reports the damage, and a filter is only ever a shortcut).
+    pub fn tag_filter(&self) -> Option<&TagFilter> {
+        if let Some(filter) = self.tag_filter.get() {
+            return Some(filter);
+        }
+        let dictionary = self.dictionary().ok()?;
+        Some(self.tag_filter.get_or_init(|| {
             use fst::Streamer;
-            let mut filter = TagFilter::with_capacity(self.fst.len());
-            let mut stream = self.fst.stream();
+            let mut filter = TagFilter::with_capacity(dictionary.len());
+            let mut stream = dictionary.stream();
             while let Some((tag, _)) = stream.next() {
                 filter.insert(tag);
             }
             filter
-        })
+        }))
+    }
+
+    /// The whole tag dictionary, checked, for walks over many of its tags: over the file's
+    /// bytes, or over the index rebuilt from the log if a block of it is damaged.
+    fn dictionary(&self) -> Result<fst::Map<FileRange>> {
+        let bytes = self.blocks.source(self.fst_at, self.postings_at)?;
+        if Arc::ptr_eq(bytes, &self.blocks.bytes) {
+            return Ok(self.fst.clone());
+        }
+        fst::Map::new(FileRange { bytes: bytes.clone(), start: self.fst_at, end: self.postings_at })
+            .map_err(|e| Error::corruption(format!("tag dictionary (rebuilt): {e}")))
+    }
+
+    /// The dictionary's value for `tag`: `fst::Map::get`'s walk from the root, but each node's
+    /// blocks are checked before the node is read, so a lookup checks (and reads) the few
+    /// blocks its path lies in, not the dictionary. A damaged block on the path rebuilds the
+    /// index (see [`BlockChecks::source`]) and the lookup is answered from the rebuilt bytes.
+    fn tag_value(&self, tag: &[u8]) -> Result<Option<u64>> {
+        use fst::raw::Output;
+        let dictionary = self.fst.as_fst();
+        let (mut addr, mut output, mut rest) = (self.fst_root, Output::zero(), tag);
+        loop {
+            // A node's bytes end at its address and start at most MAX_FST_NODE_BYTES before.
+            let start = self.fst_at + (addr + 1).saturating_sub(MAX_FST_NODE_BYTES);
+            let bytes = self.blocks.source(start, self.fst_at + addr + 1)?;
+            if !Arc::ptr_eq(bytes, &self.blocks.bytes) {
+                return Ok(self.dictionary()?.get(tag));
+            }
+            let node = dictionary.node(addr);
+            let Some((&byte, tail)) = rest.split_first() else {
+                return Ok(node.is_final().then(|| output.cat(node.final_output()).value()));
+            };
+            let Some(i) = node.find_input(byte) else { return Ok(None) };
+            let transition = node.transition(i);
+            output = output.cat(transition.out);
+            addr = transition.addr;
+            rest = tail;
+        }
     }
 
     /// The type ids of the events carrying `tag` (whose postings are `postings`), sorted. Found
@@ -1188,7 +1270,7 @@ impl VerifiedIndex {
     /// The postings of `tag`, or None if no event of this segment carries it.
     pub fn postings(&self, tag: &str) -> Result<Option<Postings>> {
         self.tag_lookups.fetch_add(1, Ordering::Relaxed);
-        let Some(value) = self.fst.get(tag) else { return Ok(None) };
+        let Some(value) = self.tag_value(tag.as_bytes())? else { return Ok(None) };
         self.postings_of_value(value, tag.as_bytes()).map(Some)
     }
 
@@ -1288,7 +1370,8 @@ impl VerifiedIndex {
     pub fn each_tag(&self, mut visit: impl FnMut(&[u8], Postings)) -> Result<()> {
         self.prefetch_whole();
         use fst::Streamer;
-        let mut stream = self.fst.stream();
+        let dictionary = self.dictionary()?;
+        let mut stream = dictionary.stream();
         while let Some((tag, value)) = stream.next() {
             visit(tag, self.postings_of_value(value, tag)?);
         }
@@ -1299,7 +1382,8 @@ impl VerifiedIndex {
     /// dictionary, not all of it.
     pub fn each_tag_with_prefix(&self, prefix: &str, mut visit: impl FnMut(&[u8], Postings)) -> Result<()> {
         use fst::{IntoStreamer, Streamer};
-        let mut stream = self.fst.range().ge(prefix.as_bytes()).into_stream();
+        let dictionary = self.dictionary()?;
+        let mut stream = dictionary.range().ge(prefix.as_bytes()).into_stream();
         while let Some((tag, value)) = stream.next() {
             if !tag.starts_with(prefix.as_bytes()) {
                 break;
@@ -1314,21 +1398,22 @@ impl VerifiedIndex {
     }
 
     /// Every tag of the dictionary, in byte order (for fuzzing and inspection).
-    pub fn tags(&self) -> Vec<String> {
+    pub fn tags(&self) -> Result<Vec<String>> {
         use fst::Streamer;
-        let mut stream = self.fst.stream();
+        let dictionary = self.dictionary()?;
+        let mut stream = dictionary.stream();
         let mut tags = Vec::new();
         while let Some((key, _)) = stream.next() {
             tags.push(String::from_utf8_lossy(key).into_owned());
         }
-        tags
+        Ok(tags)
     }
 
     /// How many events carry `tag`, without decoding its list. Damaged postings are
     /// `Corruption`, never a count of 0 (which the planner would take for "no match here").
     pub fn tag_count(&self, tag: &str) -> Result<u32> {
         self.tag_lookups.fetch_add(1, Ordering::Relaxed);
-        let Some(value) = self.fst.get(tag) else { return Ok(0) };
+        let Some(value) = self.tag_value(tag.as_bytes())? else { return Ok(0) };
         match value >> 62 {
             TIER_SINGLE => Ok(1),
             // A short list is small: decoding it costs what reading its count does.
