@@ -89,8 +89,25 @@ check_versions() {
     # The project's own <version>, the first one after </parent> or <artifactId>lapilli</artifactId>.
     got=$(sed -n '/<artifactId>lapilli<\/artifactId>/{n;s/.*<version>\(.*\)<\/version>.*/\1/p;q}' jvm/pom.xml)
     [ "$got" = "$want" ] || { echo "  jvm/pom.xml: $got" >&2; bad=1; }
-    [ $bad = 0 ] || fail "package versions disagree with the workspace Cargo.toml ($want): see above"
+    # The project's public address, the workspace's `repository`: every package names the same.
+    local home
+    home=$(sed -n '/^\[workspace.package\]/,/^\[/s/^repository *= *"\(.*\)"/\1/p' Cargo.toml)
+    [ -n "$home" ] || { echo "  Cargo.toml: no repository in [workspace.package]" >&2; bad=1; }
+    for crate in core python node jvm cli; do
+        grep -q '^repository.workspace = true' "$crate/Cargo.toml" ||
+            { echo "  $crate/Cargo.toml does not take repository.workspace" >&2; bad=1; }
+    done
+    got=$(sed -n 's/^Repository *= *"\(.*\)"/\1/p' python/pyproject.toml)
+    [ "$got" = "$home" ] || { echo "  python/pyproject.toml Repository: $got" >&2; bad=1; }
+    got=$(node -p 'require("./node/package.json").repository?.url + " " + require("./node/package.json").homepage')
+    [ "$got" = "git+$home.git $home" ] || { echo "  node/package.json repository and homepage: $got" >&2; bad=1; }
+    # The POM's project, developer and scm addresses (the license URLs are the licenses').
+    got=$(sed -e '/<licenses>/,/<\/licenses>/d' jvm/pom.xml | sed -n 's/.*<\(url\|connection\|developerConnection\)>\(.*\)<\/\(url\|connection\|developerConnection\)>.*/\2/p' | sort -u | tr '\n' ' ')
+    [ "$got" = "$home scm:git:$home.git scm:git:ssh://git@${home#https://}.git " ] ||
+        { echo "  jvm/pom.xml addresses: $got" >&2; bad=1; }
+    [ $bad = 0 ] || fail "package versions or addresses disagree with the workspace Cargo.toml ($want, ${home:-no repository}): see above"
     echo "version $want: Cargo.toml, pyproject (dynamic), package.json, package-lock.json, pom.xml agree"
+    echo "address $home: Cargo.toml, the crates, pyproject, package.json, pom.xml agree"
     VERSION=$want
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tests `scripts/release.sh --versions` (run by scripts/test.sh): it passes on the repository,
-# and on a copy where one package's version differs it fails naming that file and version.
+# and on a copy where one package's version or address differs it fails naming that file and value.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/release.sh --versions
@@ -8,7 +8,7 @@ bash scripts/release.sh --versions
 copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
 for f in scripts/release.sh Cargo.toml core/Cargo.toml python/Cargo.toml python/pyproject.toml \
-    node/Cargo.toml node/package.json node/package-lock.json jvm/Cargo.toml jvm/pom.xml; do
+    node/Cargo.toml node/package.json node/package-lock.json jvm/Cargo.toml jvm/pom.xml cli/Cargo.toml; do
     mkdir -p "$copy/$(dirname "$f")"
     cp "$f" "$copy/$f"
 done
@@ -27,4 +27,10 @@ expect_refused "jvm/pom.xml: 9.9.9"
 cp jvm/pom.xml "$copy/jvm/pom.xml"
 sed -i 's/^version.workspace = true/version = "9.9.9"/' "$copy/python/Cargo.toml"
 expect_refused "python/Cargo.toml does not take version.workspace"
-echo "versions-test: ok (agreement passes; node/package.json, jvm/pom.xml, python/Cargo.toml disagreeing are refused)"
+cp python/Cargo.toml "$copy/python/Cargo.toml"
+sed -i 's|<developerConnection>scm:git:ssh://git@github.com/[^<]*</developerConnection>|<developerConnection>scm:git:ssh://git@example.org/x.git</developerConnection>|' "$copy/jvm/pom.xml"
+expect_refused "jvm/pom.xml addresses: .*example.org"
+cp jvm/pom.xml "$copy/jvm/pom.xml"
+sed -i 's|^Repository = .*|Repository = "https://example.org/other"|' "$copy/python/pyproject.toml"
+expect_refused "python/pyproject.toml Repository: https://example.org/other"
+echo "versions-test: ok (agreement passes; versions in node/package.json, jvm/pom.xml, python/Cargo.toml and addresses in jvm/pom.xml, python/pyproject.toml disagreeing are refused)"
