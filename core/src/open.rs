@@ -619,10 +619,14 @@ fn accept_parts(log: &[u8], base: u64, log_path: &Path, header_crc: u32, found: 
 /// Asks the kernel to start reading the first page of the file at `path` (a hint: errors
 /// change nothing but speed).
 fn prefetch_start(path: &Path) {
+    #[cfg(target_os = "linux")]
     if let Ok(file) = File::open(path) {
         // SAFETY: plain syscall on a descriptor we own for the duration of the call.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 4096, libc::POSIX_FADV_WILLNEED) };
     }
+    // Elsewhere (macOS) there is no such hint: open reads the header when it needs it.
+    #[cfg(not(target_os = "linux"))]
+    let _ = path;
 }
 
 /// The commit time of the last event of a part of the active segment, its record checked.

@@ -4,6 +4,7 @@
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+#[cfg(target_os = "linux")]
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -107,7 +108,7 @@ fn is_resident(map: &Mmap, offset: usize) -> bool {
     let mut resident = 0u8;
     // SAFETY: the address range is one page inside our own live mapping (mappings start
     // page-aligned), and `resident` has room for the one byte mincore writes for it.
-    let rc = unsafe { libc::mincore(map.as_ptr().add(page_start) as *mut libc::c_void, 1, &mut resident) };
+    let rc = unsafe { libc::mincore(map.as_ptr().add(page_start) as *mut libc::c_void, 1, (&mut resident as *mut u8).cast()) };
     rc == 0 && resident & 1 == 1
 }
 
@@ -168,6 +169,7 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(format_args!("cannot fsync directory {}", dir.display()), &e))
 }
 
+#[cfg(target_os = "linux")]
 fn preallocate(file: &File, size: u64) -> io::Result<()> {
     // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
@@ -177,6 +179,13 @@ fn preallocate(file: &File, size: u64) -> io::Result<()> {
         libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size),
         errno => Err(io::Error::from_raw_os_error(errno)),
     }
+}
+
+/// Without `posix_fallocate` (macOS): a sparse file of the right length, as on a Linux
+/// filesystem without fallocate.
+#[cfg(not(target_os = "linux"))]
+fn preallocate(file: &File, size: u64) -> io::Result<()> {
+    file.set_len(size)
 }
 
 /// Creates the segment whose first event will be `base`: preallocates `size` bytes, writes the
@@ -236,7 +245,13 @@ pub fn drop_cached_pages(file: &File, from: u64, len: u64) {
         len => (from + len).div_ceil(LARGEST_FOLIO) * LARGEST_FOLIO - start,
     };
     // SAFETY: plain syscall on a descriptor we own for the duration of the call.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), start as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED) };
+    #[cfg(target_os = "linux")]
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), start as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED)
+    };
+    // Elsewhere (macOS) there is no such hint: the pages age out of the cache on their own.
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, start, len);
 }
 
 /// The largest folio of a file's page cache: the PMD size with 4 KiB pages (`MAX_PAGECACHE_ORDER`
