@@ -427,3 +427,62 @@ fn a_cold_lookup_in_a_large_dictionary_checks_a_few_blocks() {
     assert!(present.1 < fst_len as u64 / 16, "a present key's cold lookup verified {} of a {fst_len}-byte dictionary", present.1);
     assert!(absent.1 < fst_len as u64 / 16, "an absent key's cold lookup verified {} of a {fst_len}-byte dictionary", absent.1);
 }
+
+/// Damage in the dictionary when the rebuild from the log fails too (a record of the segment's
+/// log is damaged as well): no query answers from the damaged bytes. Each lookup is exact, or
+/// `Corruption` if its path crosses the damaged block; `Store::tags` is `Corruption`; a
+/// condition on a present tag never lets its append through (`Conflict` or `Corruption`), and
+/// one on an absent tag is either let through or `Corruption`.
+#[test]
+fn damage_in_the_dictionary_with_a_failed_rebuild_never_answers_wrongly() {
+    let t = template();
+    let dir = tempfile::tempdir().unwrap();
+    copy_store(t.dir.path(), dir.path());
+    let index = files_with(dir.path(), "idx").remove(0);
+    let mut bytes = fs::read(&index).unwrap();
+    let l = layout(&bytes);
+    bytes[(l.fst_at + l.postings_at) / 2] ^= 0x20;
+    fs::write(&index, &bytes).unwrap();
+    // A filler's record, near the end of the first segment's log (its tagged events come first).
+    let log = files_with(dir.path(), "log").remove(0);
+    let mut log_bytes = fs::read(&log).unwrap();
+    let log_end = u64_at(&bytes, 32);
+    assert!(log_end <= log_bytes.len());
+    let at = log_end * 95 / 100;
+    log_bytes[at] ^= 0x01;
+    fs::write(&log, &log_bytes).unwrap();
+
+    let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+    store.set_planner(Planner::ForceIndex);
+    let (mut exact, mut refused) = (0, 0);
+    for tag in &t.tags {
+        match store.read(&Query::for_tags([tag.as_str()]), ReadOptions::default()).and_then(|r| r.collect_all()) {
+            Ok(events) => {
+                assert_eq!(events, with_tag(&t.all, tag), "tag {tag:?}");
+                exact += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Corruption, "tag {tag:?}: {e}");
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("{exact} lookups answered exactly, {refused} refused");
+    assert!(refused > 0, "some lookups cross the damaged block");
+    match store.tags("") {
+        Ok(listed) => panic!("every tag listed from a damaged dictionary: {} tags", listed.len()),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Corruption, "{e}"),
+    }
+    for present in t.tags.iter().step_by(50) {
+        let condition = AppendCondition::new(Query::for_tags([present.as_str()]));
+        let error = store.append(vec![Event::new("Probe", ["probe"], vec![])], Some(condition)).unwrap_err();
+        assert!(matches!(error.kind(), ErrorKind::Conflict | ErrorKind::Corruption), "condition on present {present:?}: {error}");
+    }
+    for absent in ["order:0000", "order:zzzz", "kkk", "zzz", "abcd"] {
+        let condition = AppendCondition::new(Query::for_tags([absent]));
+        if let Err(error) = store.append(vec![Event::new("Probe", ["probe"], vec![])], Some(condition)) {
+            assert_eq!(error.kind(), ErrorKind::Corruption, "condition on absent {absent:?}: {error}");
+        }
+    }
+    store.close().unwrap();
+}
