@@ -486,3 +486,74 @@ fn damage_in_the_dictionary_with_a_failed_rebuild_never_answers_wrongly() {
     }
     store.close().unwrap();
 }
+
+/// A store whose first sealed segment holds 20,000 tags of one event each (one tag per entity),
+/// closed; the index file's dictionary length.
+fn entity_store(dir: &Path) -> (Vec<String>, usize) {
+    let mut rng = Rng::new(7);
+    let ids: Vec<String> = (0..20_000).map(|_| format!("user:{:016x}", rng.next_u64())).collect();
+    let store = Store::open(dir, options(SEGMENT)).unwrap();
+    for chunk in ids.chunks(1000) {
+        store.append(chunk.iter().map(|id| Event::new("Registered", [id.as_str()], vec![1])).collect(), None).unwrap();
+    }
+    seal_first_segment(&store, dir);
+    store.close().unwrap();
+    let bytes = fs::read(files_with(dir, "idx").remove(0)).unwrap();
+    let l = layout(&bytes);
+    assert!((l.postings_at - l.fst_at) / BLOCK >= 32, "a dictionary of many blocks");
+    (ids, l.postings_at - l.fst_at)
+}
+
+/// The usual DCB decision on a cold store: read one entity, then append with a condition on its
+/// tag after the position read. The condition looks at events after that position only: the
+/// write checks a few blocks of the dictionary, like the read.
+#[test]
+fn a_cold_read_then_conditional_append_after_it_checks_a_few_dictionary_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, fst_len) = entity_store(dir.path());
+    let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+    let id = ids[1234].as_str();
+    assert_eq!(read(&store, &Query::for_tags([id])).len(), 1);
+    let by_read = store.verified_index_bytes() as usize;
+    let head = store.head().unwrap();
+    let condition = AppendCondition::new(Query::for_tags([id])).after(head);
+    store.append(vec![Event::new("Renamed", [id], vec![])], Some(condition)).unwrap();
+    let by_append = store.verified_index_bytes() as usize - by_read;
+    eprintln!("cold read: {by_read} bytes verified; conditional append after it: {by_append} more; dictionary {fst_len}");
+    assert!(by_append < fst_len / 4, "the append verified {by_append} more of a {fst_len}-byte dictionary");
+    store.close().unwrap();
+}
+
+/// A uniqueness check on a cold store (a condition over the whole store: `fail_if_exists`, or a
+/// boundary with no `after`) asks each sealed segment whether it holds one tag. Expected: the
+/// blocks of that tag's path, as for a lookup. FAILS on df109ad (and before it): the condition
+/// builds the segment's tag filter (`may_contain_tag(tag, build = true)`), which checks and reads
+/// the whole dictionary; with one tag per entity, most of the index.
+#[test]
+fn a_cold_uniqueness_condition_checks_a_few_dictionary_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, fst_len) = entity_store(dir.path());
+    let by_read = {
+        let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+        assert_eq!(read(&store, &Query::for_tags([ids[77].as_str()])).len(), 1);
+        let verified = store.verified_index_bytes() as usize;
+        store.close().unwrap();
+        verified
+    };
+    let mut over = Vec::new();
+    for (what, condition) in [
+        ("fail_if_exists", AppendCondition::new(Query::for_tags(["user:new"])).fail_if_exists(Query::for_tags([ids[77].as_str()]))),
+        ("boundary without after", AppendCondition::new(Query::for_tags([ids[77].as_str()]))),
+    ] {
+        let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+        let error = store.append(vec![Event::new("Registered", ["user:new"], vec![])], Some(condition)).unwrap_err();
+        assert!(matches!(error.kind(), ErrorKind::AlreadyExists | ErrorKind::Conflict), "{what}: {error}");
+        let verified = store.verified_index_bytes() as usize;
+        eprintln!("{what}: {verified} bytes verified; a cold read of the tag {by_read}; dictionary {fst_len}");
+        store.close().unwrap();
+        over.push((what, verified.saturating_sub(by_read)));
+    }
+    for (what, more) in over {
+        assert!(more < fst_len / 4, "{what}: one condition verified {more} bytes more than a read of its tag, of a {fst_len}-byte dictionary");
+    }
+}
