@@ -557,3 +557,36 @@ fn a_cold_uniqueness_condition_checks_a_few_dictionary_blocks() {
         assert!(more < fst_len / 4, "{what}: one condition verified {more} bytes more than a read of its tag, of a {fst_len}-byte dictionary");
     }
 }
+
+/// Version-1 index files (the committed fixture store, its body checked whole at first use) are
+/// read by the same node-by-node walk: every tag the store lists answers through the index what a
+/// full scan answers, and tags it does not list answer nothing.
+#[test]
+fn version_1_dictionaries_answer_every_tag_as_a_scan_does() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/store-v1");
+    let dir = tempfile::tempdir().unwrap();
+    copy_store(&fixture, dir.path());
+    let bytes = fs::read(files_with(dir.path(), "idx").remove(0)).unwrap();
+    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 1, "the fixture's index files are version 1");
+    let store = Store::open_read_only(dir.path()).unwrap();
+    store.set_planner(Planner::ForceScan);
+    let all = read(&store, &Query::all());
+    let mut tags: BTreeSet<&str> = BTreeSet::new();
+    for event in &all {
+        tags.extend(event.tags.iter().map(String::as_str));
+    }
+    assert!(tags.len() > 1, "the fixture has tags: {tags:?}");
+    store.set_planner(Planner::ForceIndex);
+    for tag in &tags {
+        assert_eq!(read(&store, &Query::for_tags([*tag])), with_tag(&all, tag), "tag {tag:?}");
+        let longer = format!("{tag}~");
+        assert_eq!(read(&store, &Query::for_tags([longer.as_str()])), with_tag(&all, &longer), "tag {longer:?}");
+        let shorter = &tag[..tag.char_indices().last().unwrap().0];
+        if !shorter.is_empty() {
+            assert_eq!(read(&store, &Query::for_tags([shorter])), with_tag(&all, shorter), "tag {shorter:?}");
+        }
+    }
+    let listed: Vec<String> = store.tags("").unwrap().into_iter().map(|(tag, _)| tag).collect();
+    assert_eq!(listed, tags.iter().map(|t| t.to_string()).collect::<Vec<_>>());
+    store.close().unwrap();
+}
