@@ -590,3 +590,85 @@ fn version_1_dictionaries_answer_every_tag_as_a_scan_does() {
     assert_eq!(listed, tags.iter().map(|t| t.to_string()).collect::<Vec<_>>());
     store.close().unwrap();
 }
+
+fn pack_size(n: u64) -> usize {
+    (1..8).find(|&bytes| n < 1 << (8 * bytes)).unwrap_or(8)
+}
+
+/// Bytes of the dictionary that a lookup reads and that lie in another block than the address
+/// of their node (nodes span blocks), each with a key whose lookup reads it, where no later node
+/// on that key's path has its address in that block, nor is the block one checked at open (the
+/// dictionary's first and last): a lookup that checked only its nodes' address blocks would read
+/// the byte unchecked. The bytes are the first (least significant) byte of a transition's output
+/// (`fst` 0.4 writes a node's outputs, last transition first, at its low end). As (byte's address
+/// relative to the dictionary, key).
+fn far_output_bytes_with_a_key(fst: &fst::raw::Fst<&[u8]>, l: &Layout) -> Vec<(usize, Vec<u8>)> {
+    let block = |at: usize| (l.fst_at + at) / BLOCK;
+    let open_checked = [l.fst_at / BLOCK, (l.postings_at - 21) / BLOCK, (l.postings_at - 1) / BLOCK];
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![(fst.root().addr(), Vec::new())];
+    while let Some((addr, prefix)) = stack.pop() {
+        if !seen.insert(addr) {
+            continue;
+        }
+        let node = fst.node(addr);
+        let lowest = addr + 1 - node.as_slice().len();
+        let transitions: Vec<_> = node.transitions().collect();
+        let osize = transitions.iter().map(|t| pack_size(t.out.value())).max().unwrap_or(0);
+        if !node.is_final() && transitions.iter().any(|t| !t.out.is_zero()) {
+            for (i, t) in transitions.iter().enumerate() {
+                let at = lowest + (transitions.len() - 1 - i) * osize;
+                if block(at) == block(addr) || open_checked.contains(&block(at)) {
+                    continue;
+                }
+                let mut key = prefix.clone();
+                key.push(t.inp);
+                let (mut next, mut later) = (fst.node(t.addr), vec![t.addr]);
+                while !next.is_final() {
+                    let first = next.transitions().next().unwrap();
+                    key.push(first.inp);
+                    later.push(first.addr);
+                    next = fst.node(first.addr);
+                }
+                if later.iter().all(|&a| a == 0 || block(a) != block(at)) {
+                    out.push((at, key));
+                }
+            }
+        }
+        for t in transitions {
+            let mut key = prefix.clone();
+            key.push(t.inp);
+            stack.push((t.addr, key));
+        }
+    }
+    out
+}
+
+/// The first lookup after open reads a byte of a node that lies in another block than the node's
+/// address, and that byte is damaged: the lookup must have checked that block before reading the
+/// node, and answers exactly. Tried for three such bytes. (Checked to fail with
+/// `MAX_FST_NODE_BYTES` set to 1, a check of each node's address block only.)
+#[test]
+fn the_first_lookup_reading_a_damaged_far_byte_of_its_node_answers_exactly() {
+    let t = template();
+    let index = files_with(t.dir.path(), "idx").remove(0);
+    let bytes = fs::read(&index).unwrap();
+    let l = layout(&bytes);
+    let candidates = far_output_bytes_with_a_key(&dictionary(&bytes, &l), &l);
+    assert!(candidates.len() >= 3, "bytes read in another block than their node's address: {}", candidates.len());
+    for (lowest, key) in candidates.iter().step_by(candidates.len() / 3).take(3) {
+        let key = String::from_utf8(key.clone()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        copy_store(t.dir.path(), dir.path());
+        let mut damaged = bytes.clone();
+        damaged[l.fst_at + lowest] ^= 0x01;
+        fs::write(files_with(dir.path(), "idx").remove(0), &damaged).unwrap();
+        let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+        store.set_planner(Planner::ForceIndex);
+        let answer = store.read(&Query::for_tags([key.as_str()]), ReadOptions::default()).and_then(|r| r.collect_all());
+        assert_eq!(answer.unwrap(), with_tag(&t.all, &key), "first lookup, tag {key:?}, damage at dictionary byte {lowest}");
+        assert_exact(&store, &t, true);
+        store.close().unwrap();
+    }
+}
