@@ -285,9 +285,9 @@ fn damage_in_the_block_shared_by_dictionary_and_postings_is_answered_exactly_and
     });
 }
 
-/// Many threads look up different tags, all cold, while a damaged block in the middle of the
-/// dictionary is met by some of them: every answer is exact (none from the unchecked bytes), and
-/// nothing deadlocks.
+/// Many threads look up different tags, all cold, while a damaged block of the dictionary is met
+/// by some of them, and prefix walks and conditional appends (tag filters) run at the same time:
+/// every answer is exact (none from the unchecked bytes), and nothing deadlocks.
 #[test]
 fn concurrent_cold_lookups_meeting_damage_all_answer_exactly() {
     let t = template();
@@ -318,6 +318,17 @@ fn concurrent_cold_lookups_meeting_damage_all_answer_exactly() {
             }
             scope.spawn(|| assert_eq!(store.tags("").unwrap(), t.listed));
             scope.spawn(|| assert_eq!(store.tags("k").unwrap().len(), t.listed.iter().filter(|(x, _)| x.starts_with('k')).count()));
+            // Conditions (tag filters, built from the whole dictionary) at the same time.
+            scope.spawn(|| {
+                for (i, tag) in t.tags.iter().step_by(301).enumerate() {
+                    let present = AppendCondition::new(Query::for_tags([tag.as_str()]));
+                    let error = store.append(vec![Event::new("Probe", ["probe"], vec![])], Some(present)).unwrap_err();
+                    assert_eq!(error.kind(), ErrorKind::Conflict, "a condition on present tag {tag:?}: {error}");
+                    let absent = format!("{tag}-absent-{i}");
+                    let absent = AppendCondition::new(Query::for_tags([absent.as_str()]));
+                    store.append(vec![Event::new("Probe", ["probe"], vec![])], Some(absent)).unwrap();
+                }
+            });
         });
         store.close().unwrap();
     }
