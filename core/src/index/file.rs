@@ -48,7 +48,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -90,6 +90,9 @@ const FST_FOOTER_BYTES: usize = 20;
 /// sizes, 256 transitions of 1 input byte + 8 address bytes + 8 output bytes, the 256-byte
 /// transition index of nodes with more than 32 transitions, and an 8-byte final output.
 const MAX_FST_NODE_BYTES: usize = 3 + 256 * (1 + 8 + 8) + 256 + 8;
+/// What a condition's lookup in a segment without a tag filter is taken to read, in blocks of
+/// its dictionary, against a build of the filter (see `VerifiedIndex::filter_pays`).
+const FILTER_BLOCKS_PER_ASK: usize = 8;
 
 /// The root node's address in the tag dictionary `bytes` (which `fst::Map::new` has accepted:
 /// its footer is where `fst` reads it).
@@ -871,8 +874,13 @@ pub struct VerifiedIndex {
     fst_root: usize,
     postings_at: usize,
     postings_end: usize,
-    /// Built on first use by a condition check (or by the sealer), then kept.
+    /// Built by the sealer, or by a condition check once it pays (see
+    /// [`VerifiedIndex::filter_pays`]), then kept.
     tag_filter: OnceLock<TagFilter>,
+    /// Condition checks that asked for the filter before it was built.
+    filter_asks: AtomicU32,
+    /// Whether the whole dictionary was asked for at once (by its first whole check).
+    dictionary_read_ahead: AtomicBool,
     /// Tag-dictionary lookups made, for tests of what a check touches.
     tag_lookups: AtomicU64,
     /// The type ids each frequent tag occurs with, sorted, found on first need (see
@@ -1126,6 +1134,8 @@ impl IndexFile {
             postings_at: header.postings_at,
             postings_end: header.body_end,
             tag_filter: OnceLock::new(),
+            filter_asks: AtomicU32::new(0),
+            dictionary_read_ahead: AtomicBool::new(false),
             tag_lookups: AtomicU64::new(0),
             tag_types: Mutex::new(HashMap::new()),
         })
@@ -1167,8 +1177,25 @@ impl VerifiedIndex {
     /// segment's tag filter is built if it is not yet (reading its whole tag dictionary once);
     /// without, a segment whose filter is not built answers true.
     pub fn may_contain_tag(&self, tag: &str, build: bool) -> bool {
-        let filter = if build { self.tag_filter() } else { self.tag_filter.get() };
+        let filter = match self.tag_filter.get() {
+            Some(filter) => Some(filter),
+            None if build && self.filter_pays() => self.tag_filter(),
+            None => None,
+        };
         filter.is_none_or(|filter| filter.may_contain(tag.as_bytes()))
+    }
+
+    /// Whether a condition asking this segment (whose filter is not built) should build it now:
+    /// once the lookups it would have spared could have cost about what building it costs. A
+    /// build reads and checks the whole tag dictionary; a lookup, a few of its blocks (see
+    /// [`VerifiedIndex::tag_value`]). So a segment is asked `dictionary blocks / 8` times before
+    /// its filter is built: the first condition after an open no longer reads every sealed
+    /// segment's whole dictionary (with one tag per entity, most of each index), and a store
+    /// that checks conditions all day still gets its filters. Segments sealed by this handle
+    /// get theirs at sealing (`index::seal`), while the dictionary is in the page cache.
+    fn filter_pays(&self) -> bool {
+        let asks = self.filter_asks.fetch_add(1, Ordering::Relaxed) as usize + 1;
+        asks * FILTER_BLOCKS_PER_ASK >= (self.postings_at - self.fst_at).div_ceil(INDEX_BLOCK_LEN)
     }
 
     /// The segment's tag filter, built from its tag dictionary on first use; None while the
@@ -1193,6 +1220,10 @@ impl VerifiedIndex {
     /// The whole tag dictionary, checked, for walks over many of its tags: over the file's
     /// bytes, or over the index rebuilt from the log if a block of it is damaged.
     fn dictionary(&self) -> Result<fst::Map<FileRange>> {
+        if !self.dictionary_read_ahead.swap(true, Ordering::Relaxed) {
+            // Checked whole, so read whole, in one request (the map has point-read advice).
+            self.blocks.bytes.prefetch(self.fst_at, self.postings_at - self.fst_at);
+        }
         let bytes = self.blocks.source(self.fst_at, self.postings_at)?;
         if Arc::ptr_eq(bytes, &self.blocks.bytes) {
             return Ok(self.fst.clone());
@@ -1379,7 +1410,7 @@ impl VerifiedIndex {
     }
 
     /// Every tag starting with `prefix`, with its postings, in byte order: a range of the
-    /// dictionary, not all of it.
+    /// dictionary is walked, but the whole of it is checked first (a walk has no per-node hook).
     pub fn each_tag_with_prefix(&self, prefix: &str, mut visit: impl FnMut(&[u8], Postings)) -> Result<()> {
         use fst::{IntoStreamer, Streamer};
         let dictionary = self.dictionary()?;
