@@ -540,9 +540,10 @@ fn a_cold_read_then_conditional_append_after_it_checks_a_few_dictionary_blocks()
 
 /// A uniqueness check on a cold store (a condition over the whole store: `fail_if_exists`, or a
 /// boundary with no `after`) asks each sealed segment whether it holds one tag. Expected: the
-/// blocks of that tag's path, as for a lookup. FAILS on df109ad (and before it): the condition
-/// builds the segment's tag filter (`may_contain_tag(tag, build = true)`), which checks and reads
-/// the whole dictionary; with one tag per entity, most of the index.
+/// blocks of that tag's path, as for a lookup. Failed on df109ad (and before it): the condition
+/// built the segment's tag filter at its first ask (`may_contain_tag(tag, build = true)`), which
+/// checks and reads the whole dictionary; with one tag per entity, most of the index. Since
+/// ba7de68 a filter is built only once the asks could have cost about as much.
 #[test]
 fn a_cold_uniqueness_condition_checks_a_few_dictionary_blocks() {
     let dir = tempfile::tempdir().unwrap();
