@@ -1147,6 +1147,12 @@ impl VerifiedIndex {
         self.count
     }
 
+    /// Whether the block holding `rel`'s offsets entry has not been read (and checked) yet: a
+    /// cold segment, whose log records are then likely not in memory either.
+    pub fn entry_is_cold(&self, rel: u32) -> bool {
+        self.blocks.first_touch(self.offsets_at + 8 * rel as usize)
+    }
+
     /// The byte of the log where the event at `rel` starts. Fallible because the block it lies
     /// in may be read (and checked) for the first time here; on a warm block the cost is a bit
     /// test.

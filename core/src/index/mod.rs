@@ -77,6 +77,15 @@ impl IndexView<'_> {
         }
     }
 
+    /// Whether the offsets entry of `rel` has not been read yet (see
+    /// `VerifiedIndex::entry_is_cold`); a tail index is in memory.
+    pub fn entry_is_cold(&self, rel: u32) -> bool {
+        match self {
+            IndexView::Tail(_) => false,
+            IndexView::Sealed(file) => file.entry_is_cold(rel),
+        }
+    }
+
     /// See `VerifiedIndex::prefetch_entries`; a tail index is in memory (returns `rel` + or -
     /// `entries`, as if asked).
     pub fn prefetch_entries(&self, rel: u32, entries: u32, backwards: bool) -> u32 {

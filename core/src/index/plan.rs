@@ -137,6 +137,30 @@ impl SegmentWalk {
         Ok(SegmentWalk { items, lo, hi, backwards, primed: false })
     }
 
+    /// The relative positions this walk may visit, when they are few: every item is driven by
+    /// a postings list of at most `max` entries (a rare tag's). Sorted, deduplicated, inside
+    /// the window; an item's other tags and types may still reject some. None otherwise.
+    pub fn few_candidates(&self, max: usize) -> Option<Vec<u32>> {
+        if self.items.is_empty() {
+            return None;
+        }
+        let mut rels = Vec::new();
+        for item in &self.items {
+            let ItemPlan::Postings { driver, .. } = &item.plan else { return None };
+            if driver.count() > max {
+                return None;
+            }
+            driver.for_each_up_to(self.hi, |rel| {
+                if rel >= self.lo {
+                    rels.push(rel);
+                }
+            });
+        }
+        rels.sort_unstable();
+        rels.dedup();
+        Some(rels)
+    }
+
     /// Whether this walk reads the window in order (no postings to seek through): the caller
     /// then prefetches ahead of it, the whole window's index entries at once. A walk with no
     /// item (each one `Never` here: a rare tag absent from this segment) reads nothing and is
@@ -295,5 +319,16 @@ mod tests {
         let postings = || ItemPlan::Postings { driver: Postings::List(SortedList::Owned(vec![3, 7].into())), others: vec![], type_ids: None };
         assert!(!walk(vec![postings()]).is_sequential());
         assert!(!walk(vec![postings(), ItemPlan::Every]).is_sequential());
+    }
+
+    #[test]
+    fn few_candidates_are_the_short_drivers_entries_inside_the_window() {
+        let list = |rels: &[u32]| ItemPlan::Postings { driver: Postings::List(SortedList::Owned(rels.into())), others: vec![], type_ids: None };
+        let mut w = walk(vec![list(&[1, 4, 12]), list(&[4, 7])]);
+        (w.lo, w.hi) = (2, 9);
+        assert_eq!(w.few_candidates(64), Some(vec![4, 7]));
+        assert_eq!(w.few_candidates(2), None, "a driver longer than the bound");
+        assert_eq!(walk(vec![list(&[1]), ItemPlan::Every]).few_candidates(64), None, "an item that walks everything");
+        assert_eq!(walk(vec![]).few_candidates(64), None);
     }
 }
