@@ -191,11 +191,6 @@ impl SegmentWalk {
         Some(matches)
     }
 
-    /// Whether this walk goes from the window's end to its start.
-    pub fn backwards(&self) -> bool {
-        self.backwards
-    }
-
     /// Whether this walk reads the window in order (no postings to seek through): the caller
     /// then prefetches ahead of it, the whole window's index entries at once. A walk with no
     /// item (each one `Never` here: a rare tag absent from this segment) reads nothing and is

@@ -256,13 +256,13 @@ fn prefetch_few_records(access: &SegmentAccess<'_>, walk: &SegmentWalk, wanted: 
     if wanted < 2 {
         return;
     }
-    let Some(candidates) = walk.few_candidates(FEW_RECORDS) else { return };
-    let first = if walk.backwards() { candidates.last() } else { candidates.first() };
-    if candidates.len() < 2 || !first.is_some_and(|&rel| access.index.entry_is_cold(rel)) {
+    if !matches!(access.index, crate::index::IndexView::Sealed(_)) {
         return;
     }
+    // Cold is judged by the first event the walk will fetch: a candidate the index rejects
+    // never has its offsets read, so judged by it a warm segment would stay "cold" for good.
     let Some(rels) = walk.few_matches(access, FEW_RECORDS, wanted) else { return };
-    if rels.len() < 2 {
+    if rels.len() < 2 || !access.index.entry_is_cold(rels[0]) {
         return;
     }
     let Ok(log) = access.log.bytes() else { return };
