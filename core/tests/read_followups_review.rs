@@ -379,6 +379,19 @@ fn conditions_checked_all_day_end_up_with_filters() {
     let sealed = files_with(dir.path(), "idx").len() as u64;
     assert!(dictionary_blocks >= 64, "{dictionary_blocks} dictionary blocks");
     let store = Store::open(dir.path(), options(2 << 20)).unwrap();
+    // The first tag appended (same seed): a condition on it conflicts whether the filter of its
+    // segment is built yet or not.
+    let present = {
+        let mut rng = Rng::new(11);
+        format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64())
+    };
+    let must_conflict = |store: &Store| {
+        let c = AppendCondition::new(Query::for_tags([present.as_str()]));
+        let err = store.append(vec![Event::new("E", ["x"], vec![])], Some(c)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Conflict);
+        assert_eq!(err.position(), Some(Position(1)));
+    };
+    must_conflict(&store);
     let mut per_condition = Vec::new();
     for i in 0..dictionary_blocks / 8 + 4 {
         let before = store.tag_lookups();
@@ -390,6 +403,7 @@ fn conditions_checked_all_day_end_up_with_filters() {
     assert!(per_condition[0] >= 1, "the first condition looks up (no filter built on its first ask)");
     let last: u64 = per_condition[per_condition.len() - 3..].iter().sum();
     assert!(last <= 1, "after {} conditions, filters rule the segments out: {per_condition:?}", per_condition.len());
+    must_conflict(&store);
     store.close().unwrap();
 }
 
