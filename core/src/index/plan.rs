@@ -161,6 +161,36 @@ impl SegmentWalk {
         Some(rels)
     }
 
+    /// Of [`SegmentWalk::few_candidates`], those the walk will yield, in walk order, up to
+    /// `wanted` of them: what the walk itself would check on its way to its `wanted`-th event
+    /// (an item's type column and other tags reject a candidate from the index alone, and a
+    /// walk stopped by a limit reads no further). None where few_candidates is None, or a
+    /// check fails (the walk meets the damage itself, if it gets there).
+    pub fn few_matches(&self, segment: &SegmentAccess<'_>, max: usize, wanted: u64) -> Option<Vec<u32>> {
+        let mut rels = self.few_candidates(max)?;
+        if self.backwards {
+            rels.reverse();
+        }
+        let mut matches = Vec::new();
+        for rel in rels {
+            if matches.len() as u64 >= wanted {
+                break;
+            }
+            let mut accepted = false;
+            for item in &self.items {
+                let ItemPlan::Postings { driver, .. } = &item.plan else { return None };
+                if driver.contains(rel) && accepts(&item.plan, segment, rel).ok()? {
+                    accepted = true;
+                    break;
+                }
+            }
+            if accepted {
+                matches.push(rel);
+            }
+        }
+        Some(matches)
+    }
+
     /// Whether this walk reads the window in order (no postings to seek through): the caller
     /// then prefetches ahead of it, the whole window's index entries at once. A walk with no
     /// item (each one `Never` here: a rare tag absent from this segment) reads nothing and is

@@ -204,6 +204,7 @@ impl Snapshot {
     pub fn first_match(&self, query: &Query, after: u64, until: u64) -> Result<Option<Position>> {
         let mut walk = Walk::new(self.clone(), query.clone(), after + 1, until, false);
         walk.build_filters = true;
+        walk.wanted = 1;
         walk.next(|_| ())
     }
 
@@ -245,10 +246,22 @@ const FEW_RECORDS: usize = 64;
 /// major faults, 108 of them for records). Their offsets are known before the first is read, so
 /// their pages are asked for at once and the device reads them together. Only when the
 /// segment's index entries are cold (the first touch of its offsets block): a warm read would
-/// pay two `mincore` calls per event for nothing. A hint: what fails here (a damaged offsets
-/// block, a log that cannot be loaded) is left for the walk to meet, or not, as it would have.
-fn prefetch_few_records(access: &SegmentAccess<'_>, walk: &SegmentWalk) {
-    let Some(rels) = walk.few_candidates(FEW_RECORDS) else { return };
+/// pay two `mincore` calls per event for nothing. Only the events the walk will yield, up to
+/// the `wanted` it still wants (a limit, a condition's first match): a candidate the index
+/// rejects (another type, a missing tag) or one past the limit would cost an offsets block and
+/// a record read the walk never needs, and a walk the index alone answers leaves the log
+/// unloaded. A hint: what fails here (a damaged block, a log that cannot be loaded) is left
+/// for the walk to meet, or not, as it would have.
+fn prefetch_few_records(access: &SegmentAccess<'_>, walk: &SegmentWalk, wanted: u64) {
+    if wanted < 2 {
+        return;
+    }
+    if !matches!(access.index, crate::index::IndexView::Sealed(_)) {
+        return;
+    }
+    // Cold is judged by the first event the walk will fetch: a candidate the index rejects
+    // never has its offsets read, so judged by it a warm segment would stay "cold" for good.
+    let Some(rels) = walk.few_matches(access, FEW_RECORDS, wanted) else { return };
     if rels.len() < 2 || !access.index.entry_is_cold(rels[0]) {
         return;
     }
@@ -317,6 +330,9 @@ pub(crate) struct Walk {
     in_segment: u32,
     /// Log offset of the first of them.
     first_offset: u64,
+    /// Events the caller still wants from this walk (a read's limit less what it yielded; 1 for
+    /// a condition's first match): the few-records prefetch asks for no more.
+    wanted: u64,
 }
 
 impl Walk {
@@ -324,7 +340,7 @@ impl Walk {
         let high = high.min(snapshot.head);
         let next_segment = (low <= high && low >= 1)
             .then(|| if backwards { snapshot.segment_of(high) } else { snapshot.segment_of(low) });
-        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, index_prefetched: None, next_segment, build_filters: false, in_segment: 0, first_offset: 0 }
+        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, index_prefetched: None, next_segment, build_filters: false, in_segment: 0, first_offset: 0, wanted: u64::MAX }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -367,7 +383,7 @@ impl Walk {
                 )?;
                 self.prefetched = None;
                 self.index_prefetched = None;
-                prefetch_few_records(&access, &walk);
+                prefetch_few_records(&access, &walk, self.wanted);
                 if walk.is_sequential() {
                     // A scan reads the type column (or every offset) of its whole window: ask
                     // for it at once rather than fault through it page by page.
@@ -407,6 +423,7 @@ impl Walk {
                         }
                     }
                     let event = access.event_at(rel, offset)?;
+                    self.wanted = self.wanted.saturating_sub(1);
                     return Ok(Some((event.position, visit(&event))));
                 }
                 None => self.current = None,
@@ -455,8 +472,10 @@ impl ReadResult {
     pub(crate) fn new(snapshot: Snapshot, query: Query, options: ReadOptions) -> Result<ReadResult> {
         let head = snapshot.head;
         let (low, high) = Self::window(&query, &options, head)?;
+        let mut walk = Walk::new(snapshot, query, low, high, options.backwards);
+        walk.wanted = options.limit.unwrap_or(u64::MAX);
         Ok(ReadResult {
-            source: ReadSource::Embedded(Walk::new(snapshot, query, low, high, options.backwards)),
+            source: ReadSource::Embedded(walk),
             remaining: options.limit.unwrap_or(u64::MAX),
         })
     }
