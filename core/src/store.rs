@@ -271,6 +271,13 @@ impl Store {
         self.published.snapshot().tag_lookups()
     }
 
+    /// Prefetch requests (each up to two `mincore` calls and an `madvise`) the calling thread
+    /// has made, for tests that a warm read asks a bounded number of times, not once per event.
+    #[doc(hidden)]
+    pub fn prefetch_requests_on_this_thread() -> u64 {
+        crate::log::segment::prefetch_requests_on_this_thread()
+    }
+
     /// Bytes of sealed segments' index files whose checksums have been verified so far (header,
     /// block table and the blocks reads have touched), for tests of what a read costs.
     #[doc(hidden)]

@@ -1392,14 +1392,20 @@ impl VerifiedIndex {
     /// direction or not: starts reading the offsets (and type column) entries of the next
     /// `entries` events, since with point-read advice each page would otherwise be a fault and
     /// a read of its own. Returns the far end of what was asked for.
-    pub fn prefetch_entries(&self, rel: u32, entries: u32, backwards: bool) -> u32 {
+    /// `None` once the prefetch reached the index's end in the walk's direction: nothing is
+    /// left to ask for (a walk that asked again at every event there paid two `mincore` calls an
+    /// event over the last 32K entries of every part).
+    pub fn prefetch_entries(&self, rel: u32, entries: u32, backwards: bool) -> Option<u32> {
         let last = (self.count as u32).saturating_sub(1);
         let (from, to) = if backwards { (rel.saturating_sub(entries), rel) } else { (rel, rel.saturating_add(entries).min(last)) };
         let n = (to - from + 1) as usize;
         let width = if self.wide_types { 4 } else { 2 };
         self.blocks.bytes.prefetch(self.offsets_at + 8 * from as usize, 8 * n);
         self.blocks.bytes.prefetch(self.types_at + width * from as usize, width * n);
-        if backwards { from } else { to }
+        match backwards {
+            true => (from > 0).then_some(from),
+            false => (to < last).then_some(to),
+        }
     }
 
     /// Every tag with its postings, in byte order, and every type id with its name: what a tail

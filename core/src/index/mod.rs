@@ -86,11 +86,10 @@ impl IndexView<'_> {
         }
     }
 
-    /// See `VerifiedIndex::prefetch_entries`; a tail index is in memory (returns `rel` + or -
-    /// `entries`, as if asked).
-    pub fn prefetch_entries(&self, rel: u32, entries: u32, backwards: bool) -> u32 {
+    /// See `VerifiedIndex::prefetch_entries`; a tail index is in memory: nothing to ask for.
+    pub fn prefetch_entries(&self, rel: u32, entries: u32, backwards: bool) -> Option<u32> {
         match self {
-            IndexView::Tail(_) => if backwards { rel.saturating_sub(entries) } else { rel.saturating_add(entries) },
+            IndexView::Tail(_) => None,
             IndexView::Sealed(file) => file.prefetch_entries(rel, entries, backwards),
         }
     }

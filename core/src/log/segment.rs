@@ -93,6 +93,7 @@ impl FileBytes {
     /// first and last pages are already in the page cache (a warm scan: asking the kernel to
     /// read ahead would only walk pages it already has). A copy is in memory already.
     pub fn prefetch(&self, offset: usize, len: usize) {
+        PREFETCH_REQUESTS.with(|n| n.set(n.get() + 1));
         let FileBytes::Mapped(map) = self else { return };
         let len = len.min(map.len().saturating_sub(offset));
         if len == 0 || (is_resident(map, offset) && is_resident(map, offset + len - 1)) {
@@ -100,6 +101,17 @@ impl FileBytes {
         }
         let _ = map.advise_range(memmap2::Advice::WillNeed, offset, len);
     }
+}
+
+thread_local! {
+    /// Prefetch requests this thread made (each up to two `mincore` calls and an `madvise`),
+    /// for tests that a warm walk asks a bounded number of times, not once per event.
+    static PREFETCH_REQUESTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// See `PREFETCH_REQUESTS`.
+pub fn prefetch_requests_on_this_thread() -> u64 {
+    PREFETCH_REQUESTS.with(|n| n.get())
 }
 
 fn is_resident(map: &Mmap, offset: usize) -> bool {

@@ -281,12 +281,29 @@ const PREFETCH_AFTER: u32 = 64;
 /// hot entity read cold took 26 s at 10M events, against 2 s for a store that reads ahead).
 const DENSE_GAP_BYTES: u64 = 64 << 10;
 
+/// How far ahead of a walk its segment's index entries have been asked for.
+#[derive(Clone, Copy)]
+enum Ahead {
+    Nothing,
+    /// Through this entry (the lowest one asked for, walking backwards).
+    Through(u32),
+    /// To the index's end in the walk's direction.
+    ToTheEnd,
+}
+
+impl Ahead {
+    fn after(asked: Option<u32>) -> Ahead {
+        asked.map_or(Ahead::ToTheEnd, Ahead::Through)
+    }
+}
+
 /// Keeps `PREFETCH_BYTES` ahead of a sequential walk at `offset` prefetched (behind it, for a
 /// backward walk); returns the new far end of the prefetched range.
 fn prefetch(log: &FileBytes, offset: usize, backwards: bool, done: Option<usize>) -> Option<usize> {
     if backwards {
         match done {
-            Some(start) if offset >= start + PREFETCH_BYTES / 2 => done,
+            // Asked from the log's start: nothing is left behind the walk to ask for.
+            Some(start) if start == 0 || offset >= start + PREFETCH_BYTES / 2 => done,
             _ => {
                 let start = offset.saturating_sub(PREFETCH_BYTES);
                 log.prefetch(start, offset - start + 1);
@@ -321,7 +338,7 @@ pub(crate) struct Walk {
     prefetched: Option<usize>,
     /// For a walk through many of a sealed segment's events, the index entries (offsets, type
     /// column) already prefetched (the far end's relative position).
-    index_prefetched: Option<u32>,
+    index_prefetched: Ahead,
     /// Next segment to open, in walk order; None when done.
     next_segment: Option<usize>,
     /// A condition check: builds sealed segments' tag filters on first use.
@@ -340,7 +357,7 @@ impl Walk {
         let high = high.min(snapshot.head);
         let next_segment = (low <= high && low >= 1)
             .then(|| if backwards { snapshot.segment_of(high) } else { snapshot.segment_of(low) });
-        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, index_prefetched: None, next_segment, build_filters: false, in_segment: 0, first_offset: 0, wanted: u64::MAX }
+        Walk { snapshot, query, low, high, backwards, current: None, prefetched: None, index_prefetched: Ahead::Nothing, next_segment, build_filters: false, in_segment: 0, first_offset: 0, wanted: u64::MAX }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -382,14 +399,14 @@ impl Walk {
                     self.build_filters,
                 )?;
                 self.prefetched = None;
-                self.index_prefetched = None;
+                self.index_prefetched = Ahead::Nothing;
                 prefetch_few_records(&access, &walk, self.wanted);
                 if walk.is_sequential() {
                     // A scan reads the type column (or every offset) of its whole window: ask
                     // for it at once rather than fault through it page by page.
                     let (from, to) = ((first - entry.base) as u32, (last - entry.base) as u32);
                     let start = if self.backwards { to } else { from };
-                    self.index_prefetched = Some(access.index.prefetch_entries(start, to - from, self.backwards));
+                    self.index_prefetched = Ahead::after(access.index.prefetch_entries(start, to - from, self.backwards));
                 }
                 self.in_segment = 0;
                 self.current = Some((i, index, walk));
@@ -413,13 +430,14 @@ impl Walk {
                         self.prefetched = prefetch(log, offset as usize, self.backwards, self.prefetched);
                         // The index entries the walk reads on the way, likewise ahead of it.
                         let due = match self.index_prefetched {
-                            None => true,
-                            Some(end) if self.backwards => rel <= end.saturating_add(INDEX_PREFETCH_ENTRIES / 2),
-                            Some(end) => rel.saturating_add(INDEX_PREFETCH_ENTRIES / 2) >= end,
+                            Ahead::Nothing => true,
+                            Ahead::ToTheEnd => false,
+                            Ahead::Through(end) if self.backwards => rel <= end.saturating_add(INDEX_PREFETCH_ENTRIES / 2),
+                            Ahead::Through(end) => rel.saturating_add(INDEX_PREFETCH_ENTRIES / 2) >= end,
                         };
                         if due {
                             self.index_prefetched =
-                                Some(access.index.prefetch_entries(rel, INDEX_PREFETCH_ENTRIES, self.backwards));
+                                Ahead::after(access.index.prefetch_entries(rel, INDEX_PREFETCH_ENTRIES, self.backwards));
                         }
                     }
                     let event = access.event_at(rel, offset)?;
