@@ -6,7 +6,9 @@
 //! `LapilliException` hierarchy in one place (`Errors.kt`) and builds `Sequence`, `Flow`,
 //! `use {}` and suspend functions on the pull API below. No engine logic lives here.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use lapilli_core as core;
@@ -399,12 +401,74 @@ impl Port {
     }
 }
 
+// ---- The store registry: an append is one JNA call ------------------------------------------
+//
+// UniFFI calls a method of an object by first cloning the object's handle (a native call of its
+// own) and then calling the method with the clone: two JNA crossings per append. Appends instead
+// go through free functions taking the store's id (`store_append_packed`,
+// `store_submit_packed`), one crossing each. The registry maps the id to a `Weak` of the store:
+// a lookup upgrades it under the read lock, so the `Arc` it answers keeps the store alive for
+// the whole call even if the Kotlin side releases its handle meanwhile (no use-after-free); a
+// `Weak` so that a store the Kotlin side never closed is still dropped when its handle is freed.
+// `close` removes the entry first (later lookups answer `Closed`, like the core's own closed
+// store); `Drop` removes it too. Ids are never reused.
+
+static STORES: LazyLock<RwLock<HashMap<u64, Weak<FfiStore>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
+
+fn register(store: FfiStore) -> Arc<FfiStore> {
+    let store = Arc::new(store);
+    STORES.write().unwrap_or_else(|p| p.into_inner()).insert(store.id, Arc::downgrade(&store));
+    store
+}
+
+fn unregister(id: u64) {
+    STORES.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
+}
+
+/// The open store `id`, kept alive by the answer; a closed (or unknown) id is `Closed`.
+fn registered(id: u64) -> FfiResult<Arc<FfiStore>> {
+    let found = STORES.read().unwrap_or_else(|p| p.into_inner()).get(&id).and_then(Weak::upgrade);
+    found.ok_or_else(|| core::Error::new(core::ErrorKind::Closed, "the store is closed".to_string()).into())
+}
+
+/// `FfiStore::append_packed` of the store `id` (`FfiStore::id`), in one crossing.
+///
+/// # Safety (of the caller)
+/// As `FfiStore::append_packed`.
+#[uniffi::export]
+pub fn store_append_packed(store: u64, address: u64, len: u64) -> FfiResult<u64> {
+    registered(store)?.append_packed(address, len)
+}
+
+/// `FfiStore::submit_packed` of the store `id`, in one crossing; a closed store is refused here
+/// (nothing reaches the port).
+#[uniffi::export]
+pub fn store_submit_packed(store: u64, address: u64, len: u64, token: u64) -> FfiResult<()> {
+    registered(store)?.submit_packed(address, len, token);
+    Ok(())
+}
+
 /// An open store. `close` is renamed `closeStore` for Kotlin (`uniffi.toml`), because UniFFI's
 /// own `close()` (from `AutoCloseable`) releases the handle.
 #[derive(uniffi::Object)]
 pub struct FfiStore {
     inner: core::Store,
     port: Arc<Port>,
+    /// Its key in the registry (`STORES`).
+    id: u64,
+}
+
+impl Drop for FfiStore {
+    fn drop(&mut self) {
+        unregister(self.id);
+    }
+}
+
+impl FfiStore {
+    fn new(inner: core::Store) -> Arc<Self> {
+        register(FfiStore { inner, port: Arc::default(), id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed) })
+    }
 }
 
 #[uniffi::export]
@@ -416,12 +480,17 @@ impl FfiStore {
             .map_err(|_| invalid(format!("max_event_bytes is {}; too large", options.max_event_bytes)))?;
         let options =
             core::Options { durability, segment_size: options.segment_size, max_event_bytes, ..core::Options::default() };
-        Ok(Arc::new(FfiStore { inner: core::Store::open(path, options)?, port: Arc::default() }))
+        Ok(FfiStore::new(core::Store::open(path, options)?))
     }
 
     #[uniffi::constructor]
     pub fn open_read_only(path: String) -> FfiResult<Arc<Self>> {
-        Ok(Arc::new(FfiStore { inner: core::Store::open_read_only(path)?, port: Arc::default() }))
+        Ok(FfiStore::new(core::Store::open_read_only(path)?))
+    }
+
+    /// The key of this store for the free functions (`store_append_packed`, ...).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn head(&self) -> FfiResult<u64> {
@@ -451,20 +520,25 @@ impl FfiStore {
         })
     }
 
+}
+
+impl FfiStore {
     /// Appends the packed request at `address` (see the layout above) and blocks until it is
-    /// committed; answers the first position (the last is first + count - 1).
+    /// committed; answers the first position (the last is first + count - 1). Called through
+    /// `store_append_packed`.
     ///
     /// # Safety (of the caller)
     /// `address` points to `len` bytes that stay unchanged during the call.
-    pub fn append_packed(&self, address: u64, len: u64) -> FfiResult<u64> {
+    fn append_packed(&self, address: u64, len: u64) -> FfiResult<u64> {
         // SAFETY: the Kotlin layer's contract, above.
         let (events, condition) = decode_append(unsafe { request_bytes(address, len)? })?;
         Ok(self.inner.append(events, condition)?.first.get())
     }
 
     /// Hands the packed request to the writer and returns at once; its answer reaches the port
-    /// as a record with `token`. The same safety contract as `append_packed`.
-    pub fn submit_packed(&self, address: u64, len: u64, token: u64) {
+    /// as a record with `token`. The same safety contract as `append_packed`. Called through
+    /// `store_submit_packed`.
+    fn submit_packed(&self, address: u64, len: u64, token: u64) {
         // SAFETY: the Kotlin layer's contract, above.
         let decoded = unsafe { request_bytes(address, len) }.and_then(|bytes| decode_append(bytes));
         let port = self.port.clone();
@@ -478,6 +552,10 @@ impl FfiStore {
             Err(e) => complete(Err(core::Error::new(core::ErrorKind::InvalidArgument, e.to_string()))),
         }
     }
+}
+
+#[uniffi::export]
+impl FfiStore {
 
     /// The error of the append `token` that the port reported failed (taken: asked once).
     pub fn append_error(&self, token: u64) -> FfiResult<()> {
@@ -528,6 +606,7 @@ impl FfiStore {
     /// Answers queued appends, ends subscriptions, releases the lock, and closes the port once
     /// every answer and wake-up is in it. Idempotent.
     pub fn close(&self) -> FfiResult<()> {
+        unregister(self.id);
         let closed = self.inner.close();
         self.port.close();
         Ok(closed?)
