@@ -255,7 +255,15 @@ unsafe fn request_bytes<'a>(address: u64, len: u64) -> FfiResult<&'a [u8]> {
 // ---- Events out: one packed buffer per batch ------------------------------------------------
 //
 // A batch crosses as one byte buffer instead of one UniFFI record per event (after the Node
-// face's `Batch`). Layout (little-endian), decoded by `Packing.kt`:
+// face's `Batch`), copied by one `memcpy` into native memory the Kotlin layer passes (address and
+// capacity, as for appends), not returned as a `Vec<u8>`: UniFFI lowers a `Vec<u8>` into its
+// RustBuffer one byte at a time (a quarter of a warm scan's time outside the core in the
+// profile), and the RustBuffer costs a JNA structure and a native call to free. A batch longer
+// than the capacity stays here (`Outbox`) and its length is answered: the Kotlin layer calls
+// again with memory that long and gets that batch (nothing further is read meanwhile). The
+// builder's buffers and string index are kept and reused from batch to batch.
+//
+// Layout (little-endian), decoded by `Packing.kt`:
 //
 //   u32 count; u32 strings_at (offset of the string table)
 //   per event: u64 position, u64 recorded_at, u32 type, u32 tag_count, u32 tag..., u32 data_len,
@@ -263,6 +271,69 @@ unsafe fn request_bytes<'a>(address: u64, len: u64) -> FfiResult<&'a [u8]> {
 //   string table at strings_at: u32 string_count; per string: u32 byte_len, UTF-8 bytes
 //
 // Types and tags are indices into the string table, which holds each distinct one once.
+
+/// A batch's way out: the builder kept for reuse, and a batch too long for the caller's memory.
+#[derive(Default)]
+struct Outbox {
+    spare: Option<BatchBuilder>,
+    pending: Option<BatchBuilder>,
+}
+
+impl Outbox {
+    /// The pending batch, if there is one: copied into `dest` if it fits (then no longer
+    /// pending); its length either way.
+    ///
+    /// # Safety
+    /// As `copy_out`.
+    unsafe fn take_pending(&mut self, dest: u64, capacity: u64) -> Option<u64> {
+        let batch = self.pending.as_ref()?;
+        let len = batch.body.len() as u64;
+        if len <= capacity {
+            // SAFETY: as the caller promises.
+            unsafe { copy_out(&batch.body, dest) };
+            self.spare = self.pending.take();
+        }
+        Some(len)
+    }
+
+    fn builder(&mut self) -> BatchBuilder {
+        let mut batch = self.spare.take().unwrap_or_default();
+        batch.reset();
+        batch
+    }
+
+    /// Finishes `batch` and copies it into `dest` if it fits, else keeps it pending; answers its
+    /// length.
+    ///
+    /// # Safety
+    /// As `copy_out`.
+    unsafe fn deliver(&mut self, mut batch: BatchBuilder, dest: u64, capacity: u64) -> u64 {
+        batch.finish();
+        let len = batch.body.len() as u64;
+        if len <= capacity {
+            // SAFETY: as the caller promises.
+            unsafe { copy_out(&batch.body, dest) };
+            self.spare = Some(batch);
+        } else {
+            self.pending = Some(batch);
+        }
+        len
+    }
+}
+
+/// Copies `bytes` to `dest`.
+///
+/// # Safety
+/// `dest` must point to at least `bytes.len()` writable bytes that nothing else touches during
+/// the call: the Kotlin layer passes its own native buffer and reads it only after the call.
+unsafe fn copy_out(bytes: &[u8], dest: u64) {
+    if bytes.is_empty() {
+        return;
+    }
+    assert!(dest != 0, "a batch of {} bytes for a null buffer", bytes.len());
+    // SAFETY: as the caller promises; our own Vec never overlaps the caller's memory.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dest as *mut u8, bytes.len()) };
+}
 
 #[derive(Default)]
 struct BatchBuilder {
@@ -294,8 +365,14 @@ impl std::hash::Hasher for FxHasher {
 }
 
 impl BatchBuilder {
-    fn new() -> Self {
-        BatchBuilder { body: vec![0; 8], ..Default::default() }
+    /// Empty, keeping its buffers' and index's capacity (the header's 8 bytes reserved).
+    fn reset(&mut self) {
+        self.count = 0;
+        self.body.clear();
+        self.body.extend_from_slice(&[0; 8]);
+        self.strings.clear();
+        self.string_count = 0;
+        self.index.clear();
     }
 
     fn intern(&mut self, text: &str) -> u32 {
@@ -337,13 +414,13 @@ impl BatchBuilder {
         self.body.extend_from_slice(data);
     }
 
-    fn finish(mut self) -> Vec<u8> {
+    /// Writes the header and appends the string table: `body` is then the whole batch.
+    fn finish(&mut self) {
         let strings_at = self.body.len() as u32;
         self.body[0..4].copy_from_slice(&self.count.to_le_bytes());
         self.body[4..8].copy_from_slice(&strings_at.to_le_bytes());
         self.body.extend_from_slice(&self.string_count.to_le_bytes());
         self.body.extend_from_slice(&self.strings);
-        self.body
     }
 }
 
@@ -589,12 +666,12 @@ impl FfiStore {
             backwards: options.backwards,
         };
         let result = self.inner.read(&query.into(), options)?;
-        Ok(Arc::new(FfiReadResult { head: result.head().get(), inner: Mutex::new(result) }))
+        Ok(Arc::new(FfiReadResult { head: result.head().get(), inner: Mutex::new((result, Outbox::default())) }))
     }
 
     pub fn subscribe(&self, query: FfiQuery, after: u64) -> FfiResult<Arc<FfiSubscription>> {
         let inner = self.inner.subscribe(&query.into(), core::Position(after))?;
-        Ok(Arc::new(FfiSubscription { inner, port: self.port.clone() }))
+        Ok(Arc::new(FfiSubscription { inner, port: self.port.clone(), outbox: Mutex::default() }))
     }
 
     /// How many group commits (one write, and with fsync durability one fsync, each) this
@@ -617,7 +694,7 @@ impl FfiStore {
 #[derive(uniffi::Object)]
 pub struct FfiReadResult {
     head: u64,
-    inner: Mutex<core::ReadResult>,
+    inner: Mutex<(core::ReadResult, Outbox)>,
 }
 
 #[uniffi::export]
@@ -626,12 +703,25 @@ impl FfiReadResult {
         self.head
     }
 
-    /// Up to `max` further events, packed; a batch of 0 events means the read is exhausted.
-    pub fn next_batch(&self, max: u32) -> FfiResult<Vec<u8>> {
+    /// Up to `max` further events, packed into the `capacity` bytes at `dest` (see "Events
+    /// out"); answers the batch's length, and a length over `capacity` means nothing was copied:
+    /// call again with that much. A batch of 0 events means the read is exhausted.
+    ///
+    /// # Safety (of the caller)
+    /// `dest` points to `capacity` writable bytes nothing else touches during the call.
+    pub fn next_batch_into(&self, max: u32, dest: u64, capacity: u64) -> FfiResult<u64> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut batch = BatchBuilder::new();
-        inner.visit(max as usize, |view| batch.push(view))?;
-        Ok(batch.finish())
+        let (result, outbox) = &mut *inner;
+        // SAFETY (here and below): the Kotlin layer's contract, above.
+        if let Some(len) = unsafe { outbox.take_pending(dest, capacity) } {
+            return Ok(len);
+        }
+        let mut batch = outbox.builder();
+        if let Err(e) = result.visit(max as usize, |view| batch.push(view)) {
+            outbox.spare = Some(batch);
+            return Err(e.into());
+        }
+        Ok(unsafe { outbox.deliver(batch, dest, capacity) })
     }
 }
 
@@ -641,16 +731,51 @@ impl FfiReadResult {
 pub struct FfiSubscription {
     inner: core::Subscription,
     port: Arc<Port>,
+    /// Locked only to take a builder or hand a batch out, never while waiting.
+    outbox: Mutex<Outbox>,
+}
+
+/// What `next_batch_into` and `try_next_batch_or_arm_into` answer for a subscription that ended.
+const ENDED: i64 = -1;
+
+impl FfiSubscription {
+    fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A batch too long for the caller's last buffer, if one is waiting.
+    ///
+    /// # Safety
+    /// As `copy_out`.
+    unsafe fn pending(&self, dest: u64, capacity: u64) -> Option<i64> {
+        // SAFETY: as the caller promises.
+        unsafe { self.outbox().take_pending(dest, capacity) }.map(|len| len as i64)
+    }
+
+    /// # Safety
+    /// As `copy_out`.
+    unsafe fn deliver(&self, batch: BatchBuilder, dest: u64, capacity: u64) -> i64 {
+        // SAFETY: as the caller promises.
+        unsafe { self.outbox().deliver(batch, dest, capacity) as i64 }
+    }
 }
 
 #[uniffi::export]
 impl FfiSubscription {
-    /// Packed events. `None`: ended. A batch of 0 events: the timeout passed. `timeout_ms =
-    /// None` waits as long as it takes (a thread blocked here; `try_next_batch_or_arm` is the
-    /// way without one).
-    pub fn next_batch(&self, max: u32, timeout_ms: Option<u64>) -> FfiResult<Option<Vec<u8>>> {
+    /// Packed events into the `capacity` bytes at `dest`, as `FfiReadResult::next_batch_into`
+    /// (a length over `capacity`: call again with that much). `-1`: ended. A batch of 0 events:
+    /// the timeout passed. `timeout_ms = None` waits as long as it takes (a thread blocked here;
+    /// `try_next_batch_or_arm_into` is the way without one).
+    ///
+    /// # Safety (of the caller)
+    /// `dest` points to `capacity` writable bytes nothing else touches during the call.
+    pub fn next_batch_into(&self, max: u32, timeout_ms: Option<u64>, dest: u64, capacity: u64) -> FfiResult<i64> {
         if max == 0 {
             return Err(invalid("max is 0; a batch holds at least one event".to_string()));
+        }
+        // SAFETY (here and below): the Kotlin layer's contract, above.
+        if let Some(len) = unsafe { self.pending(dest, capacity) } {
+            return Ok(len);
         }
         // A timeout too long to add to the clock means "wait as long as it takes".
         let timeout = timeout_ms
@@ -658,10 +783,10 @@ impl FfiSubscription {
             .filter(|t| std::time::Instant::now().checked_add(*t).is_some());
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         // Packed straight from the log (no owned copy of each event), waiting between passes on
-        // the core's wake-up, the same one `try_next_batch_or_arm` uses.
-        let mut batch = BatchBuilder::new();
+        // the core's wake-up, the same one `try_next_batch_or_arm_into` uses.
+        let mut batch = self.outbox().builder();
         loop {
-            let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(None) };
+            let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(ENDED) };
             let now = std::time::Instant::now();
             if seen > 0 || deadline.is_some_and(|d| now >= d) {
                 break;
@@ -675,20 +800,25 @@ impl FfiSubscription {
                 None => woken.recv().map_err(|_| ()),
             };
         }
-        Ok(Some(batch.finish()))
+        Ok(unsafe { self.deliver(batch, dest, capacity) })
     }
 
-    /// What is there now, packed, without waiting. `None`: ended. A batch of 0 events: nothing
-    /// yet, and the subscription is armed: a record with `token` reaches the port (from the
-    /// core's completion thread) as soon as there may be something, or it ends.
-    pub fn try_next_batch_or_arm(&self, max: u32, token: u64) -> FfiResult<Option<Vec<u8>>> {
-        let mut batch = BatchBuilder::new();
-        let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(None) };
+    /// What is there now, packed into `dest` as `next_batch_into`, without waiting. `-1`:
+    /// ended. A batch of 0 events: nothing yet, and the subscription is armed: a record with
+    /// `token` reaches the port (from the core's completion thread) as soon as there may be
+    /// something, or it ends. The same safety contract as `next_batch_into`.
+    pub fn try_next_batch_or_arm_into(&self, max: u32, token: u64, dest: u64, capacity: u64) -> FfiResult<i64> {
+        // SAFETY (here and below): the Kotlin layer's contract.
+        if let Some(len) = unsafe { self.pending(dest, capacity) } {
+            return Ok(len);
+        }
+        let mut batch = self.outbox().builder();
+        let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(ENDED) };
         if seen == 0 {
             let port = self.port.clone();
             self.inner.on_ready(move || port.push(SUBSCRIPTION_READY, token, 0, 0, None));
         }
-        Ok(Some(batch.finish()))
+        Ok(unsafe { self.deliver(batch, dest, capacity) })
     }
 
     pub fn caught_up(&self) -> bool {

@@ -9,8 +9,9 @@ import java.time.Instant
 /*
  * What crosses the native boundary in bulk, in the layouts `jvm/rust/lib.rs` documents:
  * an append request written into native memory (passed as an address and a length, so an
- * append is one method call with no RustBuffer to allocate and free), and batches of events
- * coming back as one byte array each (not one UniFFI record per event).
+ * append is one JNA call with no RustBuffer to allocate and free), and batches of events
+ * copied by the engine into native memory passed the same way (not one UniFFI record per event,
+ * nor a RustBuffer per batch).
  */
 
 /** Native memory an append request is written into; one per thread, reused. */
@@ -119,7 +120,45 @@ private class EncodedCondition(condition: AppendCondition) {
     }
 }
 
-/** Decodes one packed batch (`BatchBuilder` in `jvm/rust/lib.rs`). */
+/** Batches up to this size reuse the thread's buffers; larger ones get their own. */
+private const val BATCH_KEPT = 4L shl 20
+
+/** Native memory a batch is copied into by the engine, and the array it is decoded from. */
+private class BatchBuffers(size: Long) {
+    val memory = Memory(size)
+    val address: Long = Pointer.nativeValue(memory)
+    val heap = ByteArray(size.toInt())
+}
+
+private val batchBuffers = ThreadLocal.withInitial { BatchBuffers(64L shl 10) }
+
+/**
+ * Fetches and decodes one batch: [call] packs it into the memory at `address` (`capacity`
+ * bytes) and answers its length, or a length over `capacity` (nothing copied: the engine keeps
+ * the batch for a call with that much), or -1 for the end of a subscription (then `null`).
+ */
+internal fun fetchBatch(call: (address: Long, capacity: Long) -> Long): List<SequencedEvent>? {
+    val kept = batchBuffers.get()
+    var buffers = kept
+    try {
+        while (true) {
+            val capacity = buffers.heap.size.toLong()
+            val len = call(buffers.address, capacity)
+            if (len < 0) return null
+            if (len <= capacity) {
+                buffers.memory.read(0, buffers.heap, 0, len.toInt())
+                return unpackBatch(buffers.heap)
+            }
+            if (len > Int.MAX_VALUE - 8) throw LapilliException.Io("a batch of $len bytes does not fit a JVM array; read with a smaller batch")
+            if (buffers !== kept) buffers.memory.close()
+            buffers = if (len > BATCH_KEPT) BatchBuffers(len) else BatchBuffers(maxOf(len, 2 * capacity).coerceAtMost(BATCH_KEPT)).also { batchBuffers.set(it) }
+        }
+    } finally {
+        if (buffers !== batchBuffers.get()) buffers.memory.close()
+    }
+}
+
+/** Decodes one packed batch (`BatchBuilder` in `jvm/rust/lib.rs`) at the start of [bytes]. */
 internal fun unpackBatch(bytes: ByteArray): List<SequencedEvent> {
     val b = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN)
     val count = b.getInt(0)
