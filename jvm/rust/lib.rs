@@ -112,14 +112,6 @@ pub enum FfiQuery {
     Items { items: Vec<FfiQueryItem> },
 }
 
-#[derive(uniffi::Record)]
-pub struct FfiReadOptions {
-    pub after: u64,
-    pub until: Option<u64>,
-    pub limit: Option<u64>,
-    pub backwards: bool,
-}
-
 impl From<FfiQuery> for core::Query {
     fn from(query: FfiQuery) -> Self {
         match query {
@@ -154,7 +146,7 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, len: usize) -> FfiResult<&'a [u8]> {
         let end = self.at.checked_add(len).filter(|&end| end <= self.bytes.len()).ok_or_else(|| {
-            invalid(format!("packed append request is cut short at byte {} of {}", self.at, self.bytes.len()))
+            invalid(format!("packed request is cut short at byte {} of {}", self.at, self.bytes.len()))
         })?;
         let taken = &self.bytes[self.at..end];
         self.at = end;
@@ -177,7 +169,7 @@ impl<'a> Reader<'a> {
         let len = self.u32()?;
         let at = self.at;
         String::from_utf8(self.take(len)?.to_vec())
-            .map_err(|_| invalid(format!("packed append request: the string at byte {at} is not UTF-8")))
+            .map_err(|_| invalid(format!("packed request: the string at byte {at} is not UTF-8")))
     }
 
     fn strings(&mut self) -> FfiResult<Vec<String>> {
@@ -526,6 +518,33 @@ pub fn store_submit_packed(store: u64, address: u64, len: u64, token: u64) -> Ff
     Ok(())
 }
 
+/// `FfiStore::read` of the store `id`, in one crossing: the query and options are packed at
+/// `address` (`len` bytes; written by `Packing.kt`) as
+///
+///   query (as in an append condition); u64 after; u8 has_until, [u64 until];
+///   u8 has_limit, [u64 limit]; u8 backwards
+///
+/// instead of two UniFFI records, each a RustBuffer that UniFFI allocates with a native call.
+///
+/// # Safety (of the caller)
+/// As `FfiStore::append_packed`.
+#[uniffi::export]
+pub fn store_read_packed(store: u64, address: u64, len: u64) -> FfiResult<Arc<FfiReadResult>> {
+    let store = registered(store)?;
+    // SAFETY: the Kotlin layer's contract, above.
+    let bytes = unsafe { request_bytes(address, len)? };
+    let mut r = Reader { bytes, at: 0 };
+    let query = r.query()?;
+    let after = core::Position(r.u64()?);
+    let until = if r.u8()? == 0 { None } else { Some(core::Position(r.u64()?)) };
+    let limit = if r.u8()? == 0 { None } else { Some(r.u64()?) };
+    let backwards = r.u8()? != 0;
+    if r.at != bytes.len() {
+        return Err(invalid(format!("packed read request has {} bytes after its options", bytes.len() - r.at)));
+    }
+    store.read_query(&query, core::ReadOptions { after, until, limit, backwards })
+}
+
 /// An open store. `close` is renamed `closeStore` for Kotlin (`uniffi.toml`), because UniFFI's
 /// own `close()` (from `AutoCloseable`) releases the handle.
 #[derive(uniffi::Object)]
@@ -600,6 +619,11 @@ impl FfiStore {
 }
 
 impl FfiStore {
+    fn read_query(&self, query: &core::Query, options: core::ReadOptions) -> FfiResult<Arc<FfiReadResult>> {
+        let result = self.inner.read(query, options)?;
+        Ok(Arc::new(FfiReadResult { head: result.head().get(), inner: Mutex::new((result, Outbox::default())) }))
+    }
+
     /// Appends the packed request at `address` (see the layout above) and blocks until it is
     /// committed; answers the first position (the last is first + count - 1). Called through
     /// `store_append_packed`.
@@ -656,17 +680,6 @@ impl FfiStore {
             }
             state = self.port.filled.wait(state).unwrap_or_else(|p| p.into_inner());
         }
-    }
-
-    pub fn read(&self, query: FfiQuery, options: FfiReadOptions) -> FfiResult<Arc<FfiReadResult>> {
-        let options = core::ReadOptions {
-            after: core::Position(options.after),
-            until: options.until.map(core::Position),
-            limit: options.limit,
-            backwards: options.backwards,
-        };
-        let result = self.inner.read(&query.into(), options)?;
-        Ok(Arc::new(FfiReadResult { head: result.head().get(), inner: Mutex::new((result, Outbox::default())) }))
     }
 
     pub fn subscribe(&self, query: FfiQuery, after: u64) -> FfiResult<Arc<FfiSubscription>> {

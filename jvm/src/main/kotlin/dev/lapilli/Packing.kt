@@ -84,6 +84,37 @@ internal class PackedAppend(events: List<Event>, condition: AppendCondition?) {
     }
 }
 
+/** A read's query and options encoded for one native call (`store_read_packed`). */
+internal class PackedRead(query: Query, private val options: ReadOptions) {
+    private val query = EncodedQuery(query)
+    private val size: Long = this.query.size + 8 + 1 + (if (options.until != null) 8 else 0) + 1 + (if (options.limit != null) 8 else 0) + 1
+
+    init {
+        positionArg("after", options.after)
+        options.until?.let { positionArg("until", it) }
+        options.limit?.let { if (it < 0) invalid("limit is $it; it must not be negative") }
+        if (size > SCRATCH_KEPT) invalid("the read's query encodes to $size bytes; the limit is $SCRATCH_KEPT")
+    }
+
+    /** Writes the request into this thread's native buffer and runs [call] with its address and length. */
+    fun <T> withNative(call: (address: Long, len: Long) -> T): T {
+        var s = scratch.get()
+        if (s.buffer.capacity() < size) {
+            s = Scratch(maxOf(size, s.buffer.capacity() * 2L).coerceAtMost(SCRATCH_KEPT))
+            scratch.set(s)
+        }
+        val b = s.buffer
+        b.clear()
+        query.write(b)
+        b.putLong(options.after)
+        options.until.let { if (it == null) b.put(0) else { b.put(1); b.putLong(it) } }
+        options.limit.let { if (it == null) b.put(0) else { b.put(1); b.putLong(it) } }
+        b.put(if (options.backwards) 1 else 0)
+        check(b.position().toLong() == size) { "packed ${b.position()} bytes of $size" }
+        return call(s.address, size)
+    }
+}
+
 private fun putBytes(b: ByteBuffer, bytes: ByteArray) {
     b.putInt(bytes.size)
     b.put(bytes)

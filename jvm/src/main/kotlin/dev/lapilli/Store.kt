@@ -1,9 +1,9 @@
 package dev.lapilli
 
 import dev.lapilli.ffi.FfiOptions
-import dev.lapilli.ffi.FfiReadOptions
 import dev.lapilli.ffi.FfiStore
 import dev.lapilli.ffi.storeAppendPacked
+import dev.lapilli.ffi.storeReadPacked
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.flow
 import kotlinx.coroutines.future.await
@@ -159,17 +159,9 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
      */
     @JvmOverloads
     fun read(query: Query, options: ReadOptions = ReadOptions()): ReadResult {
-        val ffiOptions = FfiReadOptions(
-            positionArg("after", options.after),
-            options.until?.let { positionArg("until", it) },
-            options.limit?.let {
-                if (it < 0) invalid("limit is $it; it must not be negative")
-                it.toULong()
-            },
-            options.backwards,
-        )
-        val ffiQuery = query.toFfi()
-        return ReadResult(ffiCall("store", handle) { ffi.read(ffiQuery, ffiOptions) }, READ_BATCH)
+        // One JNA call: the query and options cross packed, as an append's request does.
+        val packed = PackedRead(query, options)
+        return ReadResult(packed.withNative { address, len -> ffiCall("store", handle) { storeReadPacked(id, address.toULong(), len.toULong()) } }, READ_BATCH)
     }
 
     /**
