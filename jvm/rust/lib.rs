@@ -6,7 +6,9 @@
 //! `LapilliException` hierarchy in one place (`Errors.kt`) and builds `Sequence`, `Flow`,
 //! `use {}` and suspend functions on the pull API below. No engine logic lives here.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use lapilli_core as core;
@@ -110,14 +112,6 @@ pub enum FfiQuery {
     Items { items: Vec<FfiQueryItem> },
 }
 
-#[derive(uniffi::Record)]
-pub struct FfiReadOptions {
-    pub after: u64,
-    pub until: Option<u64>,
-    pub limit: Option<u64>,
-    pub backwards: bool,
-}
-
 impl From<FfiQuery> for core::Query {
     fn from(query: FfiQuery) -> Self {
         match query {
@@ -152,7 +146,7 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, len: usize) -> FfiResult<&'a [u8]> {
         let end = self.at.checked_add(len).filter(|&end| end <= self.bytes.len()).ok_or_else(|| {
-            invalid(format!("packed append request is cut short at byte {} of {}", self.at, self.bytes.len()))
+            invalid(format!("packed request is cut short at byte {} of {}", self.at, self.bytes.len()))
         })?;
         let taken = &self.bytes[self.at..end];
         self.at = end;
@@ -175,7 +169,7 @@ impl<'a> Reader<'a> {
         let len = self.u32()?;
         let at = self.at;
         String::from_utf8(self.take(len)?.to_vec())
-            .map_err(|_| invalid(format!("packed append request: the string at byte {at} is not UTF-8")))
+            .map_err(|_| invalid(format!("packed request: the string at byte {at} is not UTF-8")))
     }
 
     fn strings(&mut self) -> FfiResult<Vec<String>> {
@@ -253,7 +247,15 @@ unsafe fn request_bytes<'a>(address: u64, len: u64) -> FfiResult<&'a [u8]> {
 // ---- Events out: one packed buffer per batch ------------------------------------------------
 //
 // A batch crosses as one byte buffer instead of one UniFFI record per event (after the Node
-// face's `Batch`). Layout (little-endian), decoded by `Packing.kt`:
+// face's `Batch`), copied by one `memcpy` into native memory the Kotlin layer passes (address and
+// capacity, as for appends), not returned as a `Vec<u8>`: UniFFI lowers a `Vec<u8>` into its
+// RustBuffer one byte at a time (a quarter of a warm scan's time outside the core in the
+// profile), and the RustBuffer costs a JNA structure and a native call to free. A batch longer
+// than the capacity stays here (`Outbox`) and its length is answered: the Kotlin layer calls
+// again with memory that long and gets that batch (nothing further is read meanwhile). The
+// builder's buffers and string index are kept and reused from batch to batch.
+//
+// Layout (little-endian), decoded by `Packing.kt`:
 //
 //   u32 count; u32 strings_at (offset of the string table)
 //   per event: u64 position, u64 recorded_at, u32 type, u32 tag_count, u32 tag..., u32 data_len,
@@ -262,14 +264,85 @@ unsafe fn request_bytes<'a>(address: u64, len: u64) -> FfiResult<&'a [u8]> {
 //
 // Types and tags are indices into the string table, which holds each distinct one once.
 
+/// A batch's way out: the builder kept for reuse, and a batch too long for the caller's memory.
+#[derive(Default)]
+struct Outbox {
+    spare: Option<BatchBuilder>,
+    pending: Option<BatchBuilder>,
+}
+
+impl Outbox {
+    /// The pending batch, if there is one: copied into `dest` if it fits (then no longer
+    /// pending); its length either way.
+    ///
+    /// # Safety
+    /// As `copy_out`.
+    unsafe fn take_pending(&mut self, dest: u64, capacity: u64) -> Option<u64> {
+        let batch = self.pending.as_ref()?;
+        let len = batch.body.len() as u64;
+        if len <= capacity {
+            // SAFETY: as the caller promises.
+            unsafe { copy_out(&batch.body, dest) };
+            self.spare = self.pending.take();
+        }
+        Some(len)
+    }
+
+    fn builder(&mut self) -> BatchBuilder {
+        let mut batch = self.spare.take().unwrap_or_default();
+        batch.reset();
+        batch
+    }
+
+    /// Finishes `batch` and copies it into `dest` if it fits, else keeps it pending; answers its
+    /// length.
+    ///
+    /// # Safety
+    /// As `copy_out`.
+    unsafe fn deliver(&mut self, mut batch: BatchBuilder, dest: u64, capacity: u64) -> u64 {
+        batch.finish();
+        let len = batch.body.len() as u64;
+        if len <= capacity {
+            // SAFETY: as the caller promises.
+            unsafe { copy_out(&batch.body, dest) };
+            self.spare = Some(batch);
+        } else {
+            self.pending = Some(batch);
+        }
+        len
+    }
+}
+
+/// Copies `bytes` to `dest`.
+///
+/// # Safety
+/// `dest` must point to at least `bytes.len()` writable bytes that nothing else touches during
+/// the call: the Kotlin layer passes its own native buffer and reads it only after the call.
+unsafe fn copy_out(bytes: &[u8], dest: u64) {
+    if bytes.is_empty() {
+        return;
+    }
+    assert!(dest != 0, "a batch of {} bytes for a null buffer", bytes.len());
+    // SAFETY: as the caller promises; our own Vec never overlaps the caller's memory.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dest as *mut u8, bytes.len()) };
+}
+
 #[derive(Default)]
 struct BatchBuilder {
     count: u32,
     body: Vec<u8>,
     strings: Vec<u8>,
     string_count: u32,
-    index: std::collections::HashMap<String, u32, std::hash::BuildHasherDefault<FxHasher>>,
+    /// Each string seen, with the batch (`generation`) it was last added to the string table of
+    /// and its index there: kept across batches, so a type or tag met again in a later batch is
+    /// not allocated again (a `String` per distinct tag per batch was most of the builder's
+    /// malloc time in the profile). Cleared when it grows past `INTERN_KEPT`.
+    index: std::collections::HashMap<String, (u64, u32), std::hash::BuildHasherDefault<FxHasher>>,
+    generation: u64,
 }
+
+/// Strings the builder's index keeps across batches at most.
+const INTERN_KEPT: usize = 1 << 16;
 
 /// The multiply-rotate hash of rustc's `FxHasher`: the string table is looked up once per type
 /// and tag of every event, where SipHash's cost showed; nothing here faces untrusted keys that
@@ -292,19 +365,33 @@ impl std::hash::Hasher for FxHasher {
 }
 
 impl BatchBuilder {
-    fn new() -> Self {
-        BatchBuilder { body: vec![0; 8], ..Default::default() }
+    /// Empty, keeping its buffers' and index's capacity (the header's 8 bytes reserved).
+    fn reset(&mut self) {
+        self.count = 0;
+        self.body.clear();
+        self.body.extend_from_slice(&[0; 8]);
+        self.strings.clear();
+        self.string_count = 0;
+        // A new string table: every entry of the index is from an older batch now.
+        self.generation += 1;
+        if self.index.len() > INTERN_KEPT {
+            self.index.clear();
+        }
     }
 
     fn intern(&mut self, text: &str) -> u32 {
-        if let Some(&i) = self.index.get(text) {
-            return i;
-        }
+        let generation = self.generation;
         let i = self.string_count;
+        match self.index.get_mut(text) {
+            Some(&mut (g, known)) if g == generation => return known,
+            Some(entry) => *entry = (generation, i),
+            None => {
+                self.index.insert(text.to_owned(), (generation, i));
+            }
+        }
         self.string_count += 1;
         self.strings.extend_from_slice(&(text.len() as u32).to_le_bytes());
         self.strings.extend_from_slice(text.as_bytes());
-        self.index.insert(text.to_owned(), i);
         i
     }
 
@@ -335,13 +422,13 @@ impl BatchBuilder {
         self.body.extend_from_slice(data);
     }
 
-    fn finish(mut self) -> Vec<u8> {
+    /// Writes the header and appends the string table: `body` is then the whole batch.
+    fn finish(&mut self) {
         let strings_at = self.body.len() as u32;
         self.body[0..4].copy_from_slice(&self.count.to_le_bytes());
         self.body[4..8].copy_from_slice(&strings_at.to_le_bytes());
         self.body.extend_from_slice(&self.string_count.to_le_bytes());
         self.body.extend_from_slice(&self.strings);
-        self.body
     }
 }
 
@@ -399,12 +486,101 @@ impl Port {
     }
 }
 
+// ---- The store registry: an append is one JNA call ------------------------------------------
+//
+// UniFFI calls a method of an object by first cloning the object's handle (a native call of its
+// own) and then calling the method with the clone: two JNA crossings per append. Appends instead
+// go through free functions taking the store's id (`store_append_packed`,
+// `store_submit_packed`), one crossing each. The registry maps the id to a `Weak` of the store:
+// a lookup upgrades it under the read lock, so the `Arc` it answers keeps the store alive for
+// the whole call even if the Kotlin side releases its handle meanwhile (no use-after-free); a
+// `Weak` so that a store the Kotlin side never closed is still dropped when its handle is freed.
+// `close` removes the entry first (later lookups answer `Closed`, like the core's own closed
+// store); `Drop` removes it too. Ids are never reused.
+
+static STORES: LazyLock<RwLock<HashMap<u64, Weak<FfiStore>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
+
+fn register(store: FfiStore) -> Arc<FfiStore> {
+    let store = Arc::new(store);
+    STORES.write().unwrap_or_else(|p| p.into_inner()).insert(store.id, Arc::downgrade(&store));
+    store
+}
+
+fn unregister(id: u64) {
+    STORES.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
+}
+
+/// The open store `id`, kept alive by the answer; a closed (or unknown) id is `Closed`.
+fn registered(id: u64) -> FfiResult<Arc<FfiStore>> {
+    let found = STORES.read().unwrap_or_else(|p| p.into_inner()).get(&id).and_then(Weak::upgrade);
+    found.ok_or_else(|| core::Error::new(core::ErrorKind::Closed, "the store is closed".to_string()).into())
+}
+
+/// `FfiStore::append_packed` of the store `id` (`FfiStore::id`), in one crossing.
+///
+/// # Safety (of the caller)
+/// As `FfiStore::append_packed`.
+#[uniffi::export]
+pub fn store_append_packed(store: u64, address: u64, len: u64) -> FfiResult<u64> {
+    registered(store)?.append_packed(address, len)
+}
+
+/// `FfiStore::submit_packed` of the store `id`, in one crossing; a closed store is refused here
+/// (nothing reaches the port).
+#[uniffi::export]
+pub fn store_submit_packed(store: u64, address: u64, len: u64, token: u64) -> FfiResult<()> {
+    registered(store)?.submit_packed(address, len, token);
+    Ok(())
+}
+
+/// `FfiStore::read` of the store `id`, in one crossing: the query and options are packed at
+/// `address` (`len` bytes; written by `Packing.kt`) as
+///
+///   query (as in an append condition); u64 after; u8 has_until, [u64 until];
+///   u8 has_limit, [u64 limit]; u8 backwards
+///
+/// instead of two UniFFI records, each a RustBuffer that UniFFI allocates with a native call.
+///
+/// # Safety (of the caller)
+/// As `FfiStore::append_packed`.
+#[uniffi::export]
+pub fn store_read_packed(store: u64, address: u64, len: u64) -> FfiResult<Arc<FfiReadResult>> {
+    let store = registered(store)?;
+    // SAFETY: the Kotlin layer's contract, above.
+    let bytes = unsafe { request_bytes(address, len)? };
+    let mut r = Reader { bytes, at: 0 };
+    let query = r.query()?;
+    let after = core::Position(r.u64()?);
+    let until = if r.u8()? == 0 { None } else { Some(core::Position(r.u64()?)) };
+    let limit = if r.u8()? == 0 { None } else { Some(r.u64()?) };
+    let backwards = r.u8()? != 0;
+    if r.at != bytes.len() {
+        return Err(invalid(format!("packed read request has {} bytes after its options", bytes.len() - r.at)));
+    }
+    store.read_query(&query, core::ReadOptions { after, until, limit, backwards })
+}
+
 /// An open store. `close` is renamed `closeStore` for Kotlin (`uniffi.toml`), because UniFFI's
 /// own `close()` (from `AutoCloseable`) releases the handle.
 #[derive(uniffi::Object)]
 pub struct FfiStore {
     inner: core::Store,
     port: Arc<Port>,
+    /// Its key in the registry (`STORES`).
+    id: u64,
+}
+
+impl Drop for FfiStore {
+    fn drop(&mut self) {
+        unregister(self.id);
+    }
+}
+
+impl FfiStore {
+    fn new(inner: core::Store) -> Arc<Self> {
+        register(FfiStore { inner, port: Arc::default(), id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed) })
+    }
 }
 
 #[uniffi::export]
@@ -416,12 +592,17 @@ impl FfiStore {
             .map_err(|_| invalid(format!("max_event_bytes is {}; too large", options.max_event_bytes)))?;
         let options =
             core::Options { durability, segment_size: options.segment_size, max_event_bytes, ..core::Options::default() };
-        Ok(Arc::new(FfiStore { inner: core::Store::open(path, options)?, port: Arc::default() }))
+        Ok(FfiStore::new(core::Store::open(path, options)?))
     }
 
     #[uniffi::constructor]
     pub fn open_read_only(path: String) -> FfiResult<Arc<Self>> {
-        Ok(Arc::new(FfiStore { inner: core::Store::open_read_only(path)?, port: Arc::default() }))
+        Ok(FfiStore::new(core::Store::open_read_only(path)?))
+    }
+
+    /// The key of this store for the free functions (`store_append_packed`, ...).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn head(&self) -> FfiResult<u64> {
@@ -451,20 +632,30 @@ impl FfiStore {
         })
     }
 
+}
+
+impl FfiStore {
+    fn read_query(&self, query: &core::Query, options: core::ReadOptions) -> FfiResult<Arc<FfiReadResult>> {
+        let result = self.inner.read(query, options)?;
+        Ok(Arc::new(FfiReadResult { head: result.head().get(), inner: Mutex::new((result, Outbox::default())) }))
+    }
+
     /// Appends the packed request at `address` (see the layout above) and blocks until it is
-    /// committed; answers the first position (the last is first + count - 1).
+    /// committed; answers the first position (the last is first + count - 1). Called through
+    /// `store_append_packed`.
     ///
     /// # Safety (of the caller)
     /// `address` points to `len` bytes that stay unchanged during the call.
-    pub fn append_packed(&self, address: u64, len: u64) -> FfiResult<u64> {
+    fn append_packed(&self, address: u64, len: u64) -> FfiResult<u64> {
         // SAFETY: the Kotlin layer's contract, above.
         let (events, condition) = decode_append(unsafe { request_bytes(address, len)? })?;
         Ok(self.inner.append(events, condition)?.first.get())
     }
 
     /// Hands the packed request to the writer and returns at once; its answer reaches the port
-    /// as a record with `token`. The same safety contract as `append_packed`.
-    pub fn submit_packed(&self, address: u64, len: u64, token: u64) {
+    /// as a record with `token`. The same safety contract as `append_packed`. Called through
+    /// `store_submit_packed`.
+    fn submit_packed(&self, address: u64, len: u64, token: u64) {
         // SAFETY: the Kotlin layer's contract, above.
         let decoded = unsafe { request_bytes(address, len) }.and_then(|bytes| decode_append(bytes));
         let port = self.port.clone();
@@ -478,6 +669,10 @@ impl FfiStore {
             Err(e) => complete(Err(core::Error::new(core::ErrorKind::InvalidArgument, e.to_string()))),
         }
     }
+}
+
+#[uniffi::export]
+impl FfiStore {
 
     /// The error of the append `token` that the port reported failed (taken: asked once).
     pub fn append_error(&self, token: u64) -> FfiResult<()> {
@@ -503,20 +698,9 @@ impl FfiStore {
         }
     }
 
-    pub fn read(&self, query: FfiQuery, options: FfiReadOptions) -> FfiResult<Arc<FfiReadResult>> {
-        let options = core::ReadOptions {
-            after: core::Position(options.after),
-            until: options.until.map(core::Position),
-            limit: options.limit,
-            backwards: options.backwards,
-        };
-        let result = self.inner.read(&query.into(), options)?;
-        Ok(Arc::new(FfiReadResult { head: result.head().get(), inner: Mutex::new(result) }))
-    }
-
     pub fn subscribe(&self, query: FfiQuery, after: u64) -> FfiResult<Arc<FfiSubscription>> {
         let inner = self.inner.subscribe(&query.into(), core::Position(after))?;
-        Ok(Arc::new(FfiSubscription { inner, port: self.port.clone() }))
+        Ok(Arc::new(FfiSubscription { inner, port: self.port.clone(), outbox: Mutex::default() }))
     }
 
     /// How many group commits (one write, and with fsync durability one fsync, each) this
@@ -528,6 +712,7 @@ impl FfiStore {
     /// Answers queued appends, ends subscriptions, releases the lock, and closes the port once
     /// every answer and wake-up is in it. Idempotent.
     pub fn close(&self) -> FfiResult<()> {
+        unregister(self.id);
         let closed = self.inner.close();
         self.port.close();
         Ok(closed?)
@@ -538,7 +723,7 @@ impl FfiStore {
 #[derive(uniffi::Object)]
 pub struct FfiReadResult {
     head: u64,
-    inner: Mutex<core::ReadResult>,
+    inner: Mutex<(core::ReadResult, Outbox)>,
 }
 
 #[uniffi::export]
@@ -547,12 +732,25 @@ impl FfiReadResult {
         self.head
     }
 
-    /// Up to `max` further events, packed; a batch of 0 events means the read is exhausted.
-    pub fn next_batch(&self, max: u32) -> FfiResult<Vec<u8>> {
+    /// Up to `max` further events, packed into the `capacity` bytes at `dest` (see "Events
+    /// out"); answers the batch's length, and a length over `capacity` means nothing was copied:
+    /// call again with that much. A batch of 0 events means the read is exhausted.
+    ///
+    /// # Safety (of the caller)
+    /// `dest` points to `capacity` writable bytes nothing else touches during the call.
+    pub fn next_batch_into(&self, max: u32, dest: u64, capacity: u64) -> FfiResult<u64> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut batch = BatchBuilder::new();
-        inner.visit(max as usize, |view| batch.push(view))?;
-        Ok(batch.finish())
+        let (result, outbox) = &mut *inner;
+        // SAFETY (here and below): the Kotlin layer's contract, above.
+        if let Some(len) = unsafe { outbox.take_pending(dest, capacity) } {
+            return Ok(len);
+        }
+        let mut batch = outbox.builder();
+        if let Err(e) = result.visit(max as usize, |view| batch.push(view)) {
+            outbox.spare = Some(batch);
+            return Err(e.into());
+        }
+        Ok(unsafe { outbox.deliver(batch, dest, capacity) })
     }
 }
 
@@ -562,16 +760,51 @@ impl FfiReadResult {
 pub struct FfiSubscription {
     inner: core::Subscription,
     port: Arc<Port>,
+    /// Locked only to take a builder or hand a batch out, never while waiting.
+    outbox: Mutex<Outbox>,
+}
+
+/// What `next_batch_into` and `try_next_batch_or_arm_into` answer for a subscription that ended.
+const ENDED: i64 = -1;
+
+impl FfiSubscription {
+    fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A batch too long for the caller's last buffer, if one is waiting.
+    ///
+    /// # Safety
+    /// As `copy_out`.
+    unsafe fn pending(&self, dest: u64, capacity: u64) -> Option<i64> {
+        // SAFETY: as the caller promises.
+        unsafe { self.outbox().take_pending(dest, capacity) }.map(|len| len as i64)
+    }
+
+    /// # Safety
+    /// As `copy_out`.
+    unsafe fn deliver(&self, batch: BatchBuilder, dest: u64, capacity: u64) -> i64 {
+        // SAFETY: as the caller promises.
+        unsafe { self.outbox().deliver(batch, dest, capacity) as i64 }
+    }
 }
 
 #[uniffi::export]
 impl FfiSubscription {
-    /// Packed events. `None`: ended. A batch of 0 events: the timeout passed. `timeout_ms =
-    /// None` waits as long as it takes (a thread blocked here; `try_next_batch_or_arm` is the
-    /// way without one).
-    pub fn next_batch(&self, max: u32, timeout_ms: Option<u64>) -> FfiResult<Option<Vec<u8>>> {
+    /// Packed events into the `capacity` bytes at `dest`, as `FfiReadResult::next_batch_into`
+    /// (a length over `capacity`: call again with that much). `-1`: ended. A batch of 0 events:
+    /// the timeout passed. `timeout_ms = None` waits as long as it takes (a thread blocked here;
+    /// `try_next_batch_or_arm_into` is the way without one).
+    ///
+    /// # Safety (of the caller)
+    /// `dest` points to `capacity` writable bytes nothing else touches during the call.
+    pub fn next_batch_into(&self, max: u32, timeout_ms: Option<u64>, dest: u64, capacity: u64) -> FfiResult<i64> {
         if max == 0 {
             return Err(invalid("max is 0; a batch holds at least one event".to_string()));
+        }
+        // SAFETY (here and below): the Kotlin layer's contract, above.
+        if let Some(len) = unsafe { self.pending(dest, capacity) } {
+            return Ok(len);
         }
         // A timeout too long to add to the clock means "wait as long as it takes".
         let timeout = timeout_ms
@@ -579,10 +812,10 @@ impl FfiSubscription {
             .filter(|t| std::time::Instant::now().checked_add(*t).is_some());
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         // Packed straight from the log (no owned copy of each event), waiting between passes on
-        // the core's wake-up, the same one `try_next_batch_or_arm` uses.
-        let mut batch = BatchBuilder::new();
+        // the core's wake-up, the same one `try_next_batch_or_arm_into` uses.
+        let mut batch = self.outbox().builder();
         loop {
-            let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(None) };
+            let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(ENDED) };
             let now = std::time::Instant::now();
             if seen > 0 || deadline.is_some_and(|d| now >= d) {
                 break;
@@ -596,20 +829,25 @@ impl FfiSubscription {
                 None => woken.recv().map_err(|_| ()),
             };
         }
-        Ok(Some(batch.finish()))
+        Ok(unsafe { self.deliver(batch, dest, capacity) })
     }
 
-    /// What is there now, packed, without waiting. `None`: ended. A batch of 0 events: nothing
-    /// yet, and the subscription is armed: a record with `token` reaches the port (from the
-    /// core's completion thread) as soon as there may be something, or it ends.
-    pub fn try_next_batch_or_arm(&self, max: u32, token: u64) -> FfiResult<Option<Vec<u8>>> {
-        let mut batch = BatchBuilder::new();
-        let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(None) };
+    /// What is there now, packed into `dest` as `next_batch_into`, without waiting. `-1`:
+    /// ended. A batch of 0 events: nothing yet, and the subscription is armed: a record with
+    /// `token` reaches the port (from the core's completion thread) as soon as there may be
+    /// something, or it ends. The same safety contract as `next_batch_into`.
+    pub fn try_next_batch_or_arm_into(&self, max: u32, token: u64, dest: u64, capacity: u64) -> FfiResult<i64> {
+        // SAFETY (here and below): the Kotlin layer's contract.
+        if let Some(len) = unsafe { self.pending(dest, capacity) } {
+            return Ok(len);
+        }
+        let mut batch = self.outbox().builder();
+        let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(ENDED) };
         if seen == 0 {
             let port = self.port.clone();
             self.inner.on_ready(move || port.push(SUBSCRIPTION_READY, token, 0, 0, None));
         }
-        Ok(Some(batch.finish()))
+        Ok(unsafe { self.deliver(batch, dest, capacity) })
     }
 
     pub fn caught_up(&self) -> bool {

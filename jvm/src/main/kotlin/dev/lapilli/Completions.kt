@@ -2,6 +2,7 @@ package dev.lapilli
 
 import dev.lapilli.ffi.FfiException
 import dev.lapilli.ffi.FfiStore
+import dev.lapilli.ffi.storeSubmitPacked
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 import java.util.concurrent.CompletableFuture
@@ -21,7 +22,7 @@ import java.util.concurrent.atomic.AtomicLong
  * hold no thread at all. Started on first use; ends when the store closes, after failing
  * (appends) or waking (subscriptions, which then see their end) whatever is still waiting.
  */
-internal class Completions(private val ffi: FfiStore, private val store: Released) {
+internal class Completions(private val ffi: FfiStore, private val storeId: ULong, private val store: Released) {
     private val nextToken = AtomicLong()
     private val appends = ConcurrentHashMap<Long, CompletableFuture<AppendResult>>()
     private val waiters = ConcurrentHashMap<Long, CompletableFuture<Unit>>()
@@ -37,14 +38,14 @@ internal class Completions(private val ffi: FfiStore, private val store: Release
         }
     }
 
-    /** Submits [packed] (one native call) and answers the future its completion completes. */
+    /** Submits [packed] (one JNA call) and answers the future its completion completes. */
     fun submit(packed: PackedAppend): CompletableFuture<AppendResult> {
         ensureStarted()
         val token = nextToken.incrementAndGet()
         val future = CompletableFuture<AppendResult>()
         appends[token] = future
         try {
-            packed.withNative { address, len -> ffiCall("store", store) { ffi.submitPacked(address.toULong(), len.toULong(), token.toULong()) } }
+            packed.withNative { address, len -> ffiCall("store", store) { storeSubmitPacked(storeId, address.toULong(), len.toULong(), token.toULong()) } }
         } catch (e: Throwable) {
             appends.remove(token)
             future.completeExceptionally(e)

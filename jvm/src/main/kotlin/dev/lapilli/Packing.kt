@@ -9,8 +9,9 @@ import java.time.Instant
 /*
  * What crosses the native boundary in bulk, in the layouts `jvm/rust/lib.rs` documents:
  * an append request written into native memory (passed as an address and a length, so an
- * append is one method call with no RustBuffer to allocate and free), and batches of events
- * coming back as one byte array each (not one UniFFI record per event).
+ * append is one JNA call with no RustBuffer to allocate and free), and batches of events
+ * copied by the engine into native memory passed the same way (not one UniFFI record per event,
+ * nor a RustBuffer per batch).
  */
 
 /** Native memory an append request is written into; one per thread, reused. */
@@ -83,6 +84,37 @@ internal class PackedAppend(events: List<Event>, condition: AppendCondition?) {
     }
 }
 
+/** A read's query and options encoded for one native call (`store_read_packed`). */
+internal class PackedRead(query: Query, private val options: ReadOptions) {
+    private val query = EncodedQuery(query)
+    private val size: Long = this.query.size + 8 + 1 + (if (options.until != null) 8 else 0) + 1 + (if (options.limit != null) 8 else 0) + 1
+
+    init {
+        positionArg("after", options.after)
+        options.until?.let { positionArg("until", it) }
+        options.limit?.let { if (it < 0) invalid("limit is $it; it must not be negative") }
+        if (size > SCRATCH_KEPT) invalid("the read's query encodes to $size bytes; the limit is $SCRATCH_KEPT")
+    }
+
+    /** Writes the request into this thread's native buffer and runs [call] with its address and length. */
+    fun <T> withNative(call: (address: Long, len: Long) -> T): T {
+        var s = scratch.get()
+        if (s.buffer.capacity() < size) {
+            s = Scratch(maxOf(size, s.buffer.capacity() * 2L).coerceAtMost(SCRATCH_KEPT))
+            scratch.set(s)
+        }
+        val b = s.buffer
+        b.clear()
+        query.write(b)
+        b.putLong(options.after)
+        options.until.let { if (it == null) b.put(0) else { b.put(1); b.putLong(it) } }
+        options.limit.let { if (it == null) b.put(0) else { b.put(1); b.putLong(it) } }
+        b.put(if (options.backwards) 1 else 0)
+        check(b.position().toLong() == size) { "packed ${b.position()} bytes of $size" }
+        return call(s.address, size)
+    }
+}
+
 private fun putBytes(b: ByteBuffer, bytes: ByteArray) {
     b.putInt(bytes.size)
     b.put(bytes)
@@ -119,7 +151,45 @@ private class EncodedCondition(condition: AppendCondition) {
     }
 }
 
-/** Decodes one packed batch (`BatchBuilder` in `jvm/rust/lib.rs`). */
+/** Batches up to this size reuse the thread's buffers; larger ones get their own. */
+private const val BATCH_KEPT = 4L shl 20
+
+/** Native memory a batch is copied into by the engine, and the array it is decoded from. */
+private class BatchBuffers(size: Long) {
+    val memory = Memory(size)
+    val address: Long = Pointer.nativeValue(memory)
+    val heap = ByteArray(size.toInt())
+}
+
+private val batchBuffers = ThreadLocal.withInitial { BatchBuffers(64L shl 10) }
+
+/**
+ * Fetches and decodes one batch: [call] packs it into the memory at `address` (`capacity`
+ * bytes) and answers its length, or a length over `capacity` (nothing copied: the engine keeps
+ * the batch for a call with that much), or -1 for the end of a subscription (then `null`).
+ */
+internal fun fetchBatch(call: (address: Long, capacity: Long) -> Long): List<SequencedEvent>? {
+    val kept = batchBuffers.get()
+    var buffers = kept
+    try {
+        while (true) {
+            val capacity = buffers.heap.size.toLong()
+            val len = call(buffers.address, capacity)
+            if (len < 0) return null
+            if (len <= capacity) {
+                buffers.memory.read(0, buffers.heap, 0, len.toInt())
+                return unpackBatch(buffers.heap)
+            }
+            if (len > Int.MAX_VALUE - 8) throw LapilliException.Io("a batch of $len bytes does not fit a JVM array; read with a smaller batch")
+            if (buffers !== kept) buffers.memory.close()
+            buffers = if (len > BATCH_KEPT) BatchBuffers(len) else BatchBuffers(maxOf(len, 2 * capacity).coerceAtMost(BATCH_KEPT)).also { batchBuffers.set(it) }
+        }
+    } finally {
+        if (buffers !== batchBuffers.get()) buffers.memory.close()
+    }
+}
+
+/** Decodes one packed batch (`BatchBuilder` in `jvm/rust/lib.rs`) at the start of [bytes]. */
 internal fun unpackBatch(bytes: ByteArray): List<SequencedEvent> {
     val b = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN)
     val count = b.getInt(0)

@@ -37,8 +37,11 @@ class ReadResult internal constructor(
         override fun hasNext(): Boolean {
             if (index < batch.size) return true
             if (done) return false
-            // One packed buffer per batch, decoded here.
-            batch = unpackBatch(ffiCall("read", handle) { ffi.nextBatch(batchSize.toUInt()) })
+            // One packed buffer per batch, copied by the engine into this thread's native
+            // memory and decoded here.
+            batch = fetchBatch { address, capacity ->
+                ffiCall("read", handle) { ffi.nextBatchInto(batchSize.toUInt(), address.toULong(), capacity.toULong()) }.toLong()
+            }!!
             index = 0
             if (batch.isEmpty()) {
                 done = true

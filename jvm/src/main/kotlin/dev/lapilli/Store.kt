@@ -1,8 +1,9 @@
 package dev.lapilli
 
 import dev.lapilli.ffi.FfiOptions
-import dev.lapilli.ffi.FfiReadOptions
 import dev.lapilli.ffi.FfiStore
+import dev.lapilli.ffi.storeAppendPacked
+import dev.lapilli.ffi.storeReadPacked
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.flow
 import kotlinx.coroutines.future.await
@@ -29,8 +30,14 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
 
     private val handle = Released()
 
+    /**
+     * The store's key for the native free functions that appends call: one JNA call per
+     * append, where a method of [ffi] is two (UniFFI clones the handle first).
+     */
+    private val id: ULong = ffi.id()
+
     /** Completes async appends and wakes waiting subscriptions: one thread, on first use. */
-    private val completions = Completions(ffi, handle)
+    private val completions = Completions(ffi, id, handle)
 
     companion object {
         /** Opens (creating it if missing) the store in [path], recovering its log. */
@@ -99,12 +106,12 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
 
     /**
      * Appends [events] atomically at consecutive positions if [condition] holds; blocks until
-     * committed. One native call: the request crosses as one buffer.
+     * committed. One native call (one JNA crossing): the request crosses as one buffer.
      */
     @JvmOverloads
     fun append(events: List<Event>, condition: AppendCondition? = null): AppendResult {
         val packed = PackedAppend(events, condition)
-        val first = packed.withNative { address, len -> ffiCall("store", handle) { ffi.appendPacked(address.toULong(), len.toULong()) } }
+        val first = packed.withNative { address, len -> ffiCall("store", handle) { storeAppendPacked(id, address.toULong(), len.toULong()) } }
         return AppendResult(first.toLong(), first.toLong() + packed.count - 1)
     }
 
@@ -152,17 +159,9 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
      */
     @JvmOverloads
     fun read(query: Query, options: ReadOptions = ReadOptions()): ReadResult {
-        val ffiOptions = FfiReadOptions(
-            positionArg("after", options.after),
-            options.until?.let { positionArg("until", it) },
-            options.limit?.let {
-                if (it < 0) invalid("limit is $it; it must not be negative")
-                it.toULong()
-            },
-            options.backwards,
-        )
-        val ffiQuery = query.toFfi()
-        return ReadResult(ffiCall("store", handle) { ffi.read(ffiQuery, ffiOptions) }, READ_BATCH)
+        // One JNA call: the query and options cross packed, as an append's request does.
+        val packed = PackedRead(query, options)
+        return ReadResult(packed.withNative { address, len -> ffiCall("store", handle) { storeReadPacked(id, address.toULong(), len.toULong()) } }, READ_BATCH)
     }
 
     /**

@@ -52,12 +52,13 @@ class Subscription internal constructor(
     private fun nextBatchMillis(max: Int, ms: Long?): List<SequencedEvent>? {
         checkMax(max)
         if (handle.released) return null
-        val batch = try {
-            ffiCall("subscription", handle) { ffi.nextBatch(max.toUInt(), ms?.toULong()) }
+        return try {
+            fetchBatch { address, capacity ->
+                ffiCall("subscription", handle) { ffi.nextBatchInto(max.toUInt(), ms?.toULong(), address.toULong(), capacity.toULong()) }
+            }
         } catch (e: LapilliException.Closed) {
-            return null // released by close() while we were calling
+            null // released by close() while we were calling
         }
-        return batch?.let(::unpackBatch)
     }
 
     /** The next event, or `null` if [timeout] passed first or the subscription ended ([isClosed] tells which). */
@@ -116,12 +117,13 @@ class Subscription internal constructor(
     /** What is there now (a list, or `null`: ended), or [Armed]: a port record will say when to try again. */
     private fun tryOrArm(max: Int, token: Long): Any? {
         if (handle.released) return null
-        val packed = try {
-            ffiCall("subscription", handle) { ffi.tryNextBatchOrArm(max.toUInt(), token.toULong()) }
+        val batch = try {
+            fetchBatch { address, capacity ->
+                ffiCall("subscription", handle) { ffi.tryNextBatchOrArmInto(max.toUInt(), token.toULong(), address.toULong(), capacity.toULong()) }
+            }
         } catch (e: LapilliException.Closed) {
             return null
         } ?: return null
-        val batch = unpackBatch(packed)
         if (batch.isNotEmpty()) return batch
         completions.armed(token)
         return Armed
