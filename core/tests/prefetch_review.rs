@@ -109,6 +109,39 @@ fn subscription_asks(query: Query, max: usize) -> (u64, usize) {
     (asks, seen)
 }
 
+/// As `subscription_asks`, on a store opened afresh (no index block read yet, as after a
+/// restart): the first batch finds its segment cold, the later ones resume where it left off.
+fn subscription_asks_after_reopen(query: Query, max: usize) -> (u64, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    sealed_store(dir.path()).close().unwrap();
+    let store = Store::open(dir.path(), buffered(4 << 20)).unwrap();
+    let b = bases(dir.path());
+    // The first segment's matches, counted from `event`, not through `store` (its blocks stay
+    // unread); by one at a time, the first 5000.
+    let is_b = query == Query::for_types(["B"]);
+    let wanted = (1..b[1]).filter(|&p| !is_b || p % 2 == 0).count().min(if max == 1 { 5000 } else { usize::MAX });
+    let subscription = store.subscribe(&query, Position(0)).unwrap();
+    let (asks, seen) = asks_during(|| {
+        let mut seen = 0;
+        while seen < wanted {
+            seen += subscription.next_batch(max, Some(Duration::ZERO)).unwrap().unwrap().len();
+        }
+        seen
+    });
+    store.close().unwrap();
+    (asks, seen)
+}
+
+#[test]
+fn after_a_reopen_a_subscription_catching_up_by_64_asks_a_bounded_number_of_times() {
+    for query in [Query::all(), Query::for_types(["B"])] {
+        let (asks, seen) = subscription_asks_after_reopen(query.clone(), 64);
+        assert!(asks < 60, "{query:?} by 64 after a reopen: {asks} asks for {seen} events");
+        let (asks, seen) = subscription_asks_after_reopen(query.clone(), 1);
+        assert!(asks < 60, "{query:?} by 1 after a reopen: {asks} asks for {seen} events");
+    }
+}
+
 #[test]
 fn a_subscription_catching_up_by_64_over_all_asks_a_bounded_number_of_times() {
     let (asks, seen) = subscription_asks(Query::all(), 64);
@@ -269,6 +302,46 @@ fn a_sealed_segment_with_an_index_rebuilt_in_memory_asks_a_bounded_number_of_tim
             assert!(events > 5000);
             assert!(asks < 20, "rebuilt, {query:?} backwards {backwards}: {asks} asks for {events} events");
         }
+    }
+    store.close().unwrap();
+}
+
+/// What a walk resumed mid-segment no longer asks for, a cold scan still does: on a store
+/// opened afresh, a scan of a segment asks for its window's entries (offsets and type column,
+/// two asks) before its first event, the first page of a paged read likewise; the second page,
+/// resuming where the first left off, asks nothing before its first event.
+#[test]
+fn a_cold_scan_still_asks_for_its_window_before_its_first_event() {
+    let dir = tempfile::tempdir().unwrap();
+    sealed_store(dir.path()).close().unwrap();
+    let store = Store::open(dir.path(), buffered(4 << 20)).unwrap();
+    let b = bases(dir.path());
+    // First use of every index (header, table, dictionaries: asks of their own), no entry read:
+    // absent from every segment, neither query is a scan.
+    for absent in [Query::for_tags(["absent"]), Query::for_types(["Absent"])] {
+        assert_eq!(count(&store, &absent, ReadOptions::default()), 0);
+    }
+    // Forward from a segment's start, backwards from its end: entries no other case reads.
+    let cases = [
+        (Query::all(), ReadOptions { after: Position(0), ..Default::default() }),
+        (Query::all(), ReadOptions { until: Some(Position(b[1] - 1)), backwards: true, ..Default::default() }),
+        (Query::for_types(["B"]), ReadOptions { after: Position(b[1] - 1), ..Default::default() }),
+        (Query::for_types(["B"]), ReadOptions { until: Some(Position(b[2] - 1)), backwards: true, ..Default::default() }),
+    ];
+    for (query, options) in cases {
+        let options = ReadOptions { limit: Some(64), ..options };
+        let mut read = store.read(&query, options).unwrap();
+        let (asks, first) = asks_during(|| read.next_batch(1).unwrap());
+        assert_eq!(first.len(), 1);
+        assert_eq!(asks, 2, "{query:?} {options:?}: {asks} asks before the first event of a cold scan");
+        let last = read.collect_all().unwrap().last().unwrap().position;
+        let next = match options.backwards {
+            false => ReadOptions { after: last, ..options },
+            true => ReadOptions { until: Some(Position(last.get() - 1)), ..options },
+        };
+        let mut read = store.read(&query, next).unwrap();
+        let (asks, _) = asks_during(|| read.next_batch(1).unwrap());
+        assert_eq!(asks, 0, "{query:?} {next:?}: the next page asked {asks} times before its first event");
     }
     store.close().unwrap();
 }
