@@ -401,11 +401,24 @@ impl Walk {
                 self.prefetched = None;
                 self.index_prefetched = Ahead::Nothing;
                 prefetch_few_records(&access, &walk, self.wanted);
-                if walk.is_sequential() {
-                    // A scan reads the type column (or every offset) of its whole window: ask
-                    // for it at once rather than fault through it page by page.
-                    let (from, to) = ((first - entry.base) as u32, (last - entry.base) as u32);
-                    let start = if self.backwards { to } else { from };
+                let (from, to) = ((first - entry.base) as u32, (last - entry.base) as u32);
+                let start = if self.backwards { to } else { from };
+                // The entry just before the window in walk order, if the segment has one.
+                let before = if self.backwards {
+                    (self.snapshot.segment_last(i) > last).then(|| to + 1)
+                } else {
+                    from.checked_sub(1)
+                };
+                // A scan reads the type column (or every offset) of its whole window: ask for it
+                // at once rather than fault through it page by page. Not when the walk resumes
+                // where one left off (the entry before its window read already: a subscription's
+                // next batch, a read's next page): those asked twice per walk, per event for
+                // `Subscription::next` (`core/tests/prefetch_review.rs`); past `PREFETCH_AFTER`
+                // events such a walk asks ahead of itself like any other. (Not judged by the
+                // window's own first entry: the offsets' last block holds the type column's
+                // first entries too, read by any type scan from the segment's start.)
+                let resumed = before.is_some_and(|rel| !access.index.entry_is_cold(rel));
+                if walk.is_sequential() && !resumed {
                     self.index_prefetched = Ahead::after(access.index.prefetch_entries(start, to - from, self.backwards));
                 }
                 self.in_segment = 0;
