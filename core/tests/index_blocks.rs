@@ -8,29 +8,13 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::{Rng, files_with};
+use common::{buffered as options, files_with, read_all as read, Rng, u64_at, with_tag};
 use lapilli_core::{
     Durability, Event, INDEX_FILE_FORMAT_VERSION, Options, Planner, Query, QueryItem, ReadOptions, SequencedEvent,
     Store, verify,
 };
 
 const BLOCK: usize = 4096;
-
-fn options(segment_size: u64) -> Options {
-    Options { durability: Durability::Buffered, segment_size, ..Options::default() }
-}
-
-fn read(store: &Store, query: &Query) -> Vec<SequencedEvent> {
-    store.read(query, ReadOptions::default()).unwrap().collect_all().unwrap()
-}
-
-fn with_tag(all: &[SequencedEvent], tag: &str) -> Vec<SequencedEvent> {
-    all.iter().filter(|e| e.tags.iter().any(|t| t == tag)).cloned().collect()
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> usize {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize
-}
 
 /// The sections of a version-2 index file, from its header.
 struct Layout {

@@ -8,21 +8,13 @@ mod common;
 use std::fs;
 use std::time::{Duration, Instant};
 
-use common::{Rng, files_with};
-use lapilli_core::{Durability, ErrorKind, Event, Options, Planner, Query, QueryItem, ReadOptions, SequencedEvent, Store};
+use common::{buffered as options, files_with, Rng, u64_at};
+use lapilli_core::{ErrorKind, Event, Planner, Query, QueryItem, ReadOptions, SequencedEvent, Store};
 
 const BLOCK: usize = 4096;
 
-fn options(segment_size: u64) -> Options {
-    Options { durability: Durability::Buffered, segment_size, ..Options::default() }
-}
-
 fn read(store: &Store, query: &Query) -> lapilli_core::Result<Vec<SequencedEvent>> {
     store.read(query, ReadOptions::default())?.collect_all()
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> usize {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize
 }
 
 fn append_all(store: &Store, total: u64, batch: u64, make: impl Fn(u64) -> Event) {

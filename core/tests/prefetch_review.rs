@@ -97,7 +97,13 @@ fn subscription_asks(query: Query, max: usize) -> (u64, usize) {
     // The first sealed segment's events: about 60K.
     let until = b[1] - 1;
     let wanted = count(&store, &query, ReadOptions { until: Some(Position(until)), ..Default::default() });
-    let subscription = store.subscribe(&query, Position(0)).unwrap();
+    catch_up(store, &query, max, wanted)
+}
+
+/// The prefetch asks of a subscription to `query` from 0 taking batches of `max` until it has
+/// seen `wanted` events, and how many it saw; closes `store`.
+fn catch_up(store: Store, query: &Query, max: usize, wanted: usize) -> (u64, usize) {
+    let subscription = store.subscribe(query, Position(0)).unwrap();
     let (asks, seen) = asks_during(|| {
         let mut seen = 0;
         while seen < wanted {
@@ -105,6 +111,7 @@ fn subscription_asks(query: Query, max: usize) -> (u64, usize) {
         }
         seen
     });
+    drop(subscription);
     store.close().unwrap();
     (asks, seen)
 }
@@ -120,16 +127,7 @@ fn subscription_asks_after_reopen(query: Query, max: usize) -> (u64, usize) {
     // unread); by one at a time, the first 5000.
     let is_b = query == Query::for_types(["B"]);
     let wanted = (1..b[1]).filter(|&p| !is_b || p % 2 == 0).count().min(if max == 1 { 5000 } else { usize::MAX });
-    let subscription = store.subscribe(&query, Position(0)).unwrap();
-    let (asks, seen) = asks_during(|| {
-        let mut seen = 0;
-        while seen < wanted {
-            seen += subscription.next_batch(max, Some(Duration::ZERO)).unwrap().unwrap().len();
-        }
-        seen
-    });
-    store.close().unwrap();
-    (asks, seen)
+    catch_up(store, &query, max, wanted)
 }
 
 #[test]

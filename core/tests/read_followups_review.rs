@@ -10,20 +10,12 @@ mod common;
 use std::fs;
 use std::path::Path;
 
-use common::{Rng, files_with};
+use common::{buffered as options, files_with, Rng, u64_at};
 use lapilli_core::{
-    AppendCondition, Durability, ErrorKind, Event, Options, Position, Query, QueryItem, ReadOptions, SequencedEvent, Store,
+    AppendCondition, ErrorKind, Event, Position, Query, QueryItem, ReadOptions, SequencedEvent, Store,
 };
 
 const BLOCK: u64 = 4096;
-
-fn options(segment_size: u64) -> Options {
-    Options { durability: Durability::Buffered, segment_size, ..Options::default() }
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> usize {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize
-}
 
 /// Base positions of the segment files, in order.
 fn segment_bases(dir: &Path) -> Vec<u64> {

@@ -7,7 +7,7 @@ pub mod postgres;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use lapilli_core::{Durability, Options};
+use lapilli_core::{Durability, Options, Query, ReadOptions, SequencedEvent, Store};
 
 /// SplitMix64: tiny, fast and good enough to drive test workloads.
 #[derive(Clone, Debug)]
@@ -52,6 +52,21 @@ impl Rng {
 
 pub fn buffered(segment_size: u64) -> Options {
     Options { durability: Durability::Buffered, segment_size, ..Options::default() }
+}
+
+/// Every event `query` matches, forwards.
+pub fn read_all(store: &Store, query: &Query) -> Vec<SequencedEvent> {
+    store.read(query, ReadOptions::default()).unwrap().collect_all().unwrap()
+}
+
+/// The events of `all` carrying `tag`.
+pub fn with_tag(all: &[SequencedEvent], tag: &str) -> Vec<SequencedEvent> {
+    all.iter().filter(|e| e.tags.iter().any(|t| t == tag)).cloned().collect()
+}
+
+/// The little-endian u64 at `at` of a file's bytes (index headers), as an offset.
+pub fn u64_at(bytes: &[u8], at: usize) -> usize {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize
 }
 
 /// Every file of a store directory with a hash of its bytes: equal fingerprints mean the store
