@@ -278,6 +278,13 @@ impl Store {
         crate::log::segment::prefetch_requests_on_this_thread()
     }
 
+    /// Sealed segments the calling thread's reads had looked up side by side on other threads
+    /// (cold tag reads across segments), for tests of when a read does that.
+    #[doc(hidden)]
+    pub fn warmed_segments_on_this_thread() -> u64 {
+        crate::read::warmed_segments_on_this_thread()
+    }
+
     /// Bytes of sealed segments' index files whose checksums have been verified so far (header,
     /// block table and the blocks reads have touched), for tests of what a read costs.
     #[doc(hidden)]

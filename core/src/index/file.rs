@@ -783,7 +783,17 @@ impl BlockChecks {
         if start < self.header_len || end > self.body_end {
             return Err(Error::corruption(format!("bytes {start}..{end} lie outside the body")));
         }
-        for block in start / INDEX_BLOCK_LEN..=(end - 1) / INDEX_BLOCK_LEN {
+        let blocks = start / INDEX_BLOCK_LEN..=(end - 1) / INDEX_BLOCK_LEN;
+        // A dictionary node may span two blocks or more, each a page read on its own (the index
+        // is advised for point reads): asked for at once, the device reads them together, and a
+        // cold lookup waits for one read per node, not one per block (`read::warm`'s timeline).
+        let unchecked = blocks.clone().filter(|&block| !self.is_checked(block)).count();
+        if unchecked >= 2 {
+            let first = block_range(*blocks.start(), self.header_len, self.body_end).start;
+            let last = block_range(*blocks.end(), self.header_len, self.body_end).end;
+            self.bytes.prefetch(first, last - first);
+        }
+        for block in blocks {
             if !self.is_checked(block) {
                 self.check_block(block)?;
             }
@@ -941,6 +951,13 @@ impl IndexFile {
             header_crc: header.header_crc,
             verified: OnceLock::new(),
         }
+    }
+
+    /// Whether a tag lookup here would start cold: the body was not loaded since the open, or
+    /// its dictionary's root block was never checked. No system call: an index whose pages
+    /// were evicted after use counts as warm. For `read::warm`.
+    pub fn lookup_is_cold(&self) -> bool {
+        self.verified.get().is_none_or(|v| v.blocks.first_touch(v.fst_at + v.fst_root))
     }
 
     /// The lookups, after loading the file and checking its header, block table and

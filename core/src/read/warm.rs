@@ -1,0 +1,96 @@
+//! Cold tag reads across many sealed segments: their lookups run side by side.
+//!
+//! A tag's lookup in a cold segment is a chain of dependent page reads (index header,
+//! dictionary nodes from the root down, postings, offsets, the few records the walk will
+//! return), and a walk meeting segments one after another pays every segment's chain in turn.
+//! The chains of different segments do not depend on each other, and the device serves many
+//! reads at once, so the walk runs the next segments' lookups on short-lived threads first and
+//! then walks them warm. What a warm-up does is what the walk would do in that segment, through
+//! the same code; its results and errors are dropped: it only changes what is in the page cache
+//! and which index blocks are checked. Measurements, and what was rejected: ARCHITECTURE.md,
+//! "Cold lookups of many segments run side by side".
+
+use std::sync::Arc;
+
+use super::{prefetch_few_records, SegmentEntry};
+use crate::index::plan::{SegmentAccess, SegmentWalk};
+use crate::index::{Planner, SegmentIndex};
+use crate::query::Query;
+
+/// Segments of the first warm-up; each later one warms twice as many, up to `MOST_SEGMENTS`.
+/// Growing, so a read that ends early (a limit met in its first segments) warms at most about
+/// as many segments again as it walked.
+pub const FIRST_SEGMENTS: usize = 4;
+pub const MOST_SEGMENTS: usize = 32;
+/// Threads of one warm-up: each takes a share of its segments, one after another.
+const THREADS: usize = 16;
+
+/// One segment to warm: its entry, and the walk's window inside it (relative positions).
+pub struct Part {
+    pub entry: Arc<SegmentEntry>,
+    pub lo: u32,
+    pub hi: u32,
+}
+
+/// Whether a walk of `query` would look tags up in `entry` cold: a sealed segment whose index
+/// was not loaded since the open, or whose dictionary root was never read. An index evicted from
+/// the page cache after it was used counts as warm (the walk then meets its segments one after
+/// another, as it did before warm-ups).
+pub fn is_cold(entry: &SegmentEntry) -> bool {
+    match &**entry.index.load() {
+        SegmentIndex::Sealed(file) => file.lookup_is_cold(),
+        SegmentIndex::Tail(_) => false,
+    }
+}
+
+/// Whether `query` looks tags up at all (a query of types only, or of everything, scans).
+pub fn looks_tags_up(query: &Query) -> bool {
+    match query {
+        Query::All => false,
+        Query::Items(items) => items.iter().any(|item| !item.tags.is_empty()),
+    }
+}
+
+/// Runs the walk's opening of each part (lookups, few-records prefetch) on up to `THREADS`
+/// threads, and returns when all are done. A thread that cannot be started leaves its share
+/// to the walk.
+pub fn warm_up(parts: &[Part], query: &Query, backwards: bool, planner: Planner, wanted: u64) {
+    WARMED_SEGMENTS.with(|n| n.set(n.get() + parts.len() as u64));
+    let threads = THREADS.min(parts.len());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .filter_map(|t| {
+                std::thread::Builder::new()
+                    .name("lapilli-warm".into())
+                    .spawn_scoped(scope, move || {
+                        for part in parts.iter().skip(t).step_by(threads) {
+                            open_like_the_walk(part, query, backwards, planner, wanted);
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        for handle in handles {
+            // A panic here is a bug the walk will meet on its own thread, with its own message.
+            let _ = handle.join();
+        }
+    });
+}
+
+fn open_like_the_walk(part: &Part, query: &Query, backwards: bool, planner: Planner, wanted: u64) {
+    let index = part.entry.index.load_full();
+    let Ok(view) = index.view() else { return };
+    let access = SegmentAccess { base: part.entry.base, log: &part.entry.log, index: view };
+    let Ok(walk) = SegmentWalk::new(&access, query, part.lo, part.hi, backwards, planner, false) else { return };
+    prefetch_few_records(&access, &walk, wanted);
+}
+
+thread_local! {
+    /// Segments this thread's walks handed to warm-ups, for tests.
+    static WARMED_SEGMENTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// See `WARMED_SEGMENTS`.
+pub fn warmed_segments_on_this_thread() -> u64 {
+    WARMED_SEGMENTS.with(|n| n.get())
+}
