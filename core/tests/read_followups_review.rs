@@ -433,21 +433,28 @@ fn a_uniqueness_check_over_2000_small_segments_costs_filters_after_the_first() {
 /// The few-records prefetch still does its work where it should (the fix of the three
 /// findings above keeps it): a read with no limit of a rare tag in a cold segment has every
 /// candidate's offsets looked up (their records asked for) before it yields its first event;
-/// with a limit of 10, those of 10 of them.
+/// with a limit of 10, those of 10 of them. Cold in the page cache too: since the prefetch is
+/// judged by whether the first record's page is in memory, the store's pages are evicted
+/// after the open (skipped where the file system keeps them).
 #[test]
 fn an_unlimited_cold_read_looks_every_candidate_up_before_its_first_event() {
     let dir = tempfile::tempdir().unwrap();
     let rare = spread_rare_store(dir.path());
     assert_eq!(rare, 64);
     let query = Query::for_tags(["rare"]);
-    let first_of = |options: ReadOptions| {
+    let mut evicted = true;
+    let mut first_of = |options: ReadOptions| {
         cold_cost(dir.path(), |store| {
+            evicted &= common::evict_store_pages(dir.path());
             let mut result = store.read(&query, options).unwrap();
             assert_eq!(result.visit(1, |_| ()).unwrap(), 1);
         })
     };
     let unlimited = first_of(ReadOptions::default());
     let ten = first_of(ReadOptions { limit: Some(10), backwards: true, ..ReadOptions::default() });
+    if !evicted {
+        return;
+    }
     eprintln!("index bytes verified before the first event: no limit {unlimited}, limit 10 backwards {ten}");
     assert!(unlimited >= 64 * BLOCK, "{unlimited}");
     assert!(ten >= 10 * BLOCK && ten <= 24 * BLOCK, "{ten}");

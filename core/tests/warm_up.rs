@@ -203,3 +203,96 @@ fn damage_in_a_dictionary_met_while_warming_is_answered_exactly() {
     let (got, _) = cold_read(dir.path(), &Query::for_tags(["entity:5"]), backwards);
     assert_eq!(got, expected(&all, &Query::for_tags(["entity:5"]), backwards));
 }
+
+/// An index read once and evicted since (a service's store after a quiet night) is cold again:
+/// judged by whether its dictionary root is in memory, not by whether it was ever read. Index
+/// files larger than 64 KiB (smaller ones are copied into memory, warm for good).
+#[test]
+fn segments_read_before_and_evicted_since_are_warmed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    let mut batch = Vec::new();
+    for i in 0..100_000u32 {
+        let mut tags = vec![format!("entity:{}", i % 40)];
+        if i % 700 == 0 {
+            tags.push("rare".into());
+        }
+        batch.push(Event::new("E", tags, vec![]));
+        if batch.len() == 5000 {
+            store.append(std::mem::take(&mut batch), None).unwrap();
+        }
+    }
+    store.wait_for_sealing();
+    let all = common::read_all(&store, &Query::all());
+    store.close().unwrap();
+    let indexes = files_with(dir.path(), "idx");
+    assert!(indexes.len() >= 3, "{} sealed segments", indexes.len());
+    assert!(indexes.iter().all(|p| fs::metadata(p).unwrap().len() > 64 << 10), "index files are mapped, not copied");
+    let sealed = indexes.len() as u64;
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    let entity = Query::for_tags(["entity:1"]);
+    let read = store.read(&entity, ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(positions(&read), expected(&all, &entity, ReadOptions::default()));
+    let before = Store::warmed_segments_on_this_thread();
+    let read = store.read(&rare(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(positions(&read), expected(&all, &rare(), ReadOptions::default()));
+    assert_eq!(Store::warmed_segments_on_this_thread() - before, 0, "warm: nothing to warm");
+    if !common::evict_store_pages(dir.path()) {
+        return;
+    }
+    let before = Store::warmed_segments_on_this_thread();
+    let read = store.read(&rare(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(positions(&read), expected(&all, &rare(), ReadOptions::default()));
+    assert_eq!(Store::warmed_segments_on_this_thread() - before, sealed, "evicted: every sealed segment again");
+    store.close().unwrap();
+}
+
+/// After a read through a frequent tag has read every offsets block of a segment and the pages
+/// were evicted, a rare tag's few events there still have their offsets and records asked for
+/// together: judged by what is in memory, not by which blocks were ever checked (the scale
+/// benchmark's rare read, after its hot read, went two synchronous faults an event).
+#[test]
+fn a_rare_read_after_eviction_asks_for_its_records_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    // Appended until the second segment starts: one sealed segment, the rest in the active one.
+    let mut i = 0u32;
+    while files_with(dir.path(), "log").len() < 2 {
+        let batch: Vec<Event> = (i..i + 1000)
+            .map(|i| {
+                let mut tags = vec![format!("e{}", i % 4)];
+                if i % 512 == 100 {
+                    tags.push("rare".into());
+                }
+                Event::new("E", tags, vec![7; 24])
+            })
+            .collect();
+        store.append(batch, None).unwrap();
+        i += 1000;
+    }
+    store.wait_for_sealing();
+    store.close().unwrap();
+    assert_eq!(files_with(dir.path(), "idx").len(), 1, "one sealed segment: no warm-up, the walk asks itself");
+    let mut logs = files_with(dir.path(), "log");
+    logs.sort();
+    let active_base: u64 = logs[1].file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    // A quarter of the events: every offsets block of the sealed segment is read and checked.
+    assert_eq!(common::read_all(&store, &Query::for_tags(["e0"])).len() as u32, i / 4);
+    if !common::evict_store_pages(dir.path()) {
+        return;
+    }
+    let asked = Store::prefetch_requests_on_this_thread();
+    let rare_events = common::read_all(&store, &rare());
+    let asked = Store::prefetch_requests_on_this_thread() - asked;
+    let in_sealed = rare_events.iter().filter(|e| e.position.get() < active_base).count();
+    assert_eq!(rare_events.len() as u32, (i - 100).div_ceil(512));
+    assert!(in_sealed >= 16, "{in_sealed} rare events in the sealed segment");
+    // Each rare event's offsets entry lies in a page of its own (512 entries of 8 bytes apart):
+    // one ask for each offsets page and one for each record.
+    assert!(
+        asked as usize >= 2 * in_sealed,
+        "{asked} prefetch requests for {in_sealed} rare events in the evicted sealed segment"
+    );
+    store.close().unwrap();
+}

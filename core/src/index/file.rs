@@ -954,10 +954,14 @@ impl IndexFile {
     }
 
     /// Whether a tag lookup here would start cold: the body was not loaded since the open, or
-    /// its dictionary's root block was never checked. No system call: an index whose pages
-    /// were evicted after use counts as warm. For `read::warm`.
+    /// its dictionary's root was never read, or its page is no longer in memory (one `mincore`:
+    /// a process that read the store once and had its pages evicted since, as a service does
+    /// after a quiet night, would otherwise be judged warm for good). For `read::warm`.
     pub fn lookup_is_cold(&self) -> bool {
-        self.verified.get().is_none_or(|v| v.blocks.first_touch(v.fst_at + v.fst_root))
+        self.verified.get().is_none_or(|v| {
+            let root = v.fst_at + v.fst_root;
+            v.blocks.first_touch(root) || (v.blocks.rebuilt.get().is_none() && !v.blocks.bytes.is_resident(root))
+        })
     }
 
     /// The lookups, after loading the file and checking its header, block table and
@@ -1345,7 +1349,9 @@ impl VerifiedIndex {
             TIER_SHORT => {
                 let start = start.ok_or_else(bad)?;
                 let end = (start + SHORT_LIST_MAX_BYTES).min(blob_end);
-                let cold = self.blocks.first_touch(start);
+                // Cold: never read, or read once and evicted since (a service's pages after a
+                // quiet night; the scale benchmark's rare read after its hot one).
+                let cold = self.blocks.first_touch(start) || !self.blocks.bytes.is_resident(start);
                 let bytes = &self.blocks.source(start, end)?[start..end];
                 let mut cursor = 0;
                 let n = get_varint(bytes, &mut cursor).ok_or_else(bad)? as usize;
@@ -1393,12 +1399,15 @@ impl VerifiedIndex {
     /// A short list looked up for the first time: its events' offsets are about to be read one
     /// by one, each a page of its own, likely cold; ask for those pages at once, so the device
     /// reads them together rather than one fault after another.
+    /// Pages in memory already are skipped by `FileBytes::prefetch` (whether their blocks were
+    /// checked says nothing of that: a walk through a hot tag checks every offsets block, and
+    /// their pages may be evicted since).
     fn prefetch_offsets_of(&self, rels: &[u32]) {
         let mut last_page = usize::MAX;
         for &rel in rels {
             let at = self.offsets_at + 8 * rel as usize;
             let page = at / INDEX_BLOCK_LEN;
-            if page != last_page && self.blocks.first_touch(at) {
+            if page != last_page {
                 self.blocks.bytes.prefetch(at, 8);
             }
             last_page = page;

@@ -70,6 +70,15 @@ impl FileBytes {
         Ok(FileBytes::Mapped(map))
     }
 
+    /// Whether the page holding byte `offset` is in memory (one `mincore`; bytes copied into
+    /// memory always are).
+    pub fn is_resident(&self, offset: usize) -> bool {
+        match self {
+            FileBytes::Mapped(map) => offset < map.len() && is_resident(map, offset),
+            FileBytes::Copied(_) => true,
+        }
+    }
+
     /// A sealed segment is read mostly by point fetches (selective reads through the index):
     /// no readahead around each one. Only a hint; failure changes nothing but speed.
     pub fn advise_point_reads(&self) {

@@ -249,9 +249,9 @@ const FEW_RECORD_BYTES: usize = 512;
 /// A rare tag's few events in a cold sealed segment lie a page apart or more each: fetched one
 /// after another, each is a synchronous fault (a cold read of 108 events at 10M events took 235
 /// major faults, 108 of them for records). Their offsets are known before the first is read, so
-/// their pages are asked for at once and the device reads them together. Only when the
-/// segment's index entries are cold (the first touch of its offsets block): a warm read would
-/// pay two `mincore` calls per event for nothing. Only the events the walk will yield, up to
+/// their pages are asked for at once and the device reads them together. Only when the first
+/// of those records is not in memory: a warm read would pay two `mincore` calls per event for
+/// nothing. Only the events the walk will yield, up to
 /// the `wanted` it still wants (a limit, a condition's first match): a candidate the index
 /// rejects (another type, a missing tag) or one past the limit would cost an offsets block and
 /// a record read the walk never needs, and a walk the index alone answers leaves the log
@@ -264,13 +264,19 @@ fn prefetch_few_records(access: &SegmentAccess<'_>, walk: &SegmentWalk, wanted: 
     if !matches!(access.index, crate::index::IndexView::Sealed(_)) {
         return;
     }
-    // Cold is judged by the first event the walk will fetch: a candidate the index rejects
-    // never has its offsets read, so judged by it a warm segment would stay "cold" for good.
     let Some(rels) = walk.few_matches(access, FEW_RECORDS, wanted) else { return };
-    if rels.len() < 2 || !access.index.entry_is_cold(rels[0]) {
+    if rels.len() < 2 {
         return;
     }
+    // Cold is judged by the page of the first record the walk will fetch (one `mincore`): not
+    // by whether its index entries were read before, since pages read once may be evicted
+    // since (the scale benchmark's rare read, after its hot read had read every offsets block,
+    // went record by record: two synchronous faults an event).
     let Ok(log) = access.log.bytes() else { return };
+    match access.index.offset(rels[0]) {
+        Ok(first) if !log.is_resident(first as usize) => {}
+        _ => return,
+    }
     for rel in rels {
         match access.index.offset(rel) {
             // The record's length is in its first bytes, not known yet: a typical record's

@@ -32,10 +32,8 @@ pub struct Part {
     pub hi: u32,
 }
 
-/// Whether a walk of `query` would look tags up in `entry` cold: a sealed segment whose index
-/// was not loaded since the open, or whose dictionary root was never read. An index evicted from
-/// the page cache after it was used counts as warm (the walk then meets its segments one after
-/// another, as it did before warm-ups).
+/// Whether a walk would look tags up in `entry` cold: a sealed segment whose index was not
+/// loaded since the open, or whose dictionary root was never read or is not in memory.
 pub fn is_cold(entry: &SegmentEntry) -> bool {
     match &**entry.index.load() {
         SegmentIndex::Sealed(file) => file.lookup_is_cold(),

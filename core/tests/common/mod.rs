@@ -148,3 +148,51 @@ pub fn files_with(dir: &Path, extension: &str) -> Vec<PathBuf> {
     found.sort();
     found
 }
+
+/// Drops every page of the store's files from the page cache, with the store open: this
+/// process's mappings of them first (a mapped page is not evicted), then the files' pages.
+/// False when the file system keeps them anyway (tmpfs): the caller then has nothing to test.
+pub fn evict_store_pages(dir: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let dir = std::fs::canonicalize(dir).unwrap();
+    for line in std::fs::read_to_string("/proc/self/maps").unwrap().lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 6 || !Path::new(fields[5]).starts_with(&dir) || &fields[1][3..4] != "s" {
+            continue;
+        }
+        let (start, end) = fields[0].split_once('-').unwrap();
+        let (start, end) = (usize::from_str_radix(start, 16).unwrap(), usize::from_str_radix(end, 16).unwrap());
+        // SAFETY: a shared file mapping of this process: MADV_DONTNEED drops its page-table
+        // entries only; the next access refaults the file's bytes.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
+    let mut resident = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: plain syscall on a descriptor we own.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if path.extension().is_some_and(|e| e == "idx") {
+            resident += resident_pages(&file);
+        }
+    }
+    if resident > 0 {
+        eprintln!("the file system kept {resident} index pages after eviction: nothing to test here");
+    }
+    resident == 0
+}
+
+/// Pages of `file` in the page cache (mincore over a fresh mapping).
+pub fn resident_pages(file: &std::fs::File) -> usize {
+    use std::os::fd::AsRawFd;
+    let len = file.metadata().unwrap().len() as usize;
+    let mut pages = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: a shared read-only mapping unmapped below; mincore writes one byte per page.
+    unsafe {
+        let addr = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+        assert_ne!(addr, libc::MAP_FAILED);
+        assert_eq!(libc::mincore(addr, len, pages.as_mut_ptr()), 0);
+        libc::munmap(addr, len);
+    }
+    pages.iter().filter(|&&p| p & 1 != 0).count()
+}
