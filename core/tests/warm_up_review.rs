@@ -1,0 +1,254 @@
+//! Review of the side-by-side warm-ups of cold segments (`read::warm`): what repeats a warm-up
+//! on a store already warm, what a subscription's batch warms, and exact answers while a writer
+//! appends and seals under a follower that opens cold.
+//!
+//! Counted (`Store::warmed_segments_on_this_thread`), never timed.
+
+mod common;
+
+use std::path::Path;
+
+use common::{buffered as options, files_with, Rng};
+use lapilli_core::{Event, Position, Query, QueryItem, ReadOptions, SequencedEvent, Store};
+
+const SEGMENT: u64 = 1 << 16;
+
+/// About 14 sealed segments and the active one, appended by `store` (which seals them, and so
+/// builds their tag filters): every event tagged with its entity (of 40), "rare" on every 700th;
+/// two types.
+fn fill(store: &Store, from: u32, to: u32) {
+    let mut batch = Vec::new();
+    for i in from..to {
+        let mut tags = vec![format!("entity:{}", i % 40)];
+        if i % 700 == 0 {
+            tags.push("rare".into());
+        }
+        let kind = if i % 3 == 0 { "Opened" } else { "Moved" };
+        batch.push(Event::new(kind, tags, i.to_le_bytes().to_vec()));
+        if batch.len() == 1000 {
+            store.append(std::mem::take(&mut batch), None).unwrap();
+        }
+    }
+    if !batch.is_empty() {
+        store.append(batch, None).unwrap();
+    }
+}
+
+fn many_segments(dir: &Path) -> Vec<SequencedEvent> {
+    let store = Store::open(dir, options(SEGMENT)).unwrap();
+    fill(&store, 0, 24_000);
+    store.wait_for_sealing();
+    let all = common::read_all(&store, &Query::all());
+    store.close().unwrap();
+    assert!(files_with(dir, "idx").len() >= 10, "many sealed segments");
+    all
+}
+
+fn matches(event: &SequencedEvent, query: &Query) -> bool {
+    match query {
+        Query::All => true,
+        Query::Items(items) => items.iter().any(|item| {
+            (item.types.is_empty() || item.types.contains(&event.event_type))
+                && item.tags.iter().all(|t| event.tags.contains(t))
+        }),
+    }
+}
+
+fn positions(events: &[SequencedEvent]) -> Vec<u64> {
+    events.iter().map(|e| e.position.get()).collect()
+}
+
+fn expected(all: &[SequencedEvent], head: u64, query: &Query, options: ReadOptions) -> Vec<u64> {
+    let until = options.until.map_or(u64::MAX, |p| p.get()).min(head);
+    let mut found: Vec<u64> = all
+        .iter()
+        .filter(|e| e.position.get() > options.after.get() && e.position.get() <= until && matches(e, query))
+        .map(|e| e.position.get())
+        .collect();
+    if options.backwards {
+        found.reverse();
+    }
+    if let Some(limit) = options.limit {
+        found.truncate(limit as usize);
+    }
+    found
+}
+
+/// Segments `read` warmed on this thread, and its positions.
+fn warmed_by(store: &Store, query: &Query, options_: ReadOptions) -> (Vec<u64>, u64) {
+    let before = Store::warmed_segments_on_this_thread();
+    let read = store.read(query, options_).unwrap().collect_all().unwrap();
+    (positions(&read), Store::warmed_segments_on_this_thread() - before)
+}
+
+/// A query whose walk never reads a segment's tag dictionary (no event has the item's type, so
+/// the planner answers "never" before any lookup) opens nothing cold after its first read: the
+/// segments' indexes are loaded and checked, and nothing else is read. Judged cold by "the
+/// dictionary root was never read", every such read would start threads again, for good.
+#[test]
+fn a_read_that_never_looks_up_the_dictionary_does_not_warm_again_and_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = many_segments(dir.path());
+    let head = all.len() as u64;
+    let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+    let query = Query::of([QueryItem::new(["NoSuchType"], ["rare"])]);
+    let (got, first) = warmed_by(&store, &query, ReadOptions::default());
+    assert_eq!(got, expected(&all, head, &query, ReadOptions::default()));
+    assert!(first > 0, "a first cold read warms its segments");
+    for round in 0..3 {
+        let (got, warmed) = warmed_by(&store, &query, ReadOptions::default());
+        assert!(got.is_empty());
+        assert_eq!(warmed, 0, "round {round}: the indexes are loaded; nothing is cold");
+    }
+    store.close().unwrap();
+}
+
+/// Segments this handle sealed have their tag filters built at sealing: a tag none of their
+/// events carries (an entity that is new, the common case of a decision) is answered by the
+/// filter, without reading the dictionary. Reads of it, over and over, must not start threads.
+#[test]
+fn reads_of_a_tag_the_filters_rule_out_warm_nothing_after_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+    fill(&store, 0, 24_000);
+    store.wait_for_sealing();
+    assert!(files_with(dir.path(), "idx").len() >= 10);
+    let new_entity = Query::for_tags(["entity:new"]);
+    store.append(vec![Event::new("Opened", ["entity:new"], vec![])], None).unwrap();
+    let mut warmed = Vec::new();
+    for _ in 0..4 {
+        let (got, n) = warmed_by(&store, &new_entity, ReadOptions::default());
+        assert_eq!(got.len(), 1);
+        warmed.push(n);
+    }
+    assert!(warmed[1..].iter().all(|&n| n == 0), "segments warmed by each read: {warmed:?}");
+    store.close().unwrap();
+}
+
+/// A subscription's batch is a walk that wants at most `max` events: a batch of one wants one
+/// event, as a `limit: 1` read does, and warms nothing; a batch of two warms as a `limit: 2` read
+/// (4 segments at first), not every cold segment of the store.
+#[test]
+fn a_subscription_batch_warms_no_more_than_a_read_of_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = many_segments(dir.path());
+    let rare: Vec<u64> = expected(&all, all.len() as u64, &Query::for_tags(["rare"]), ReadOptions::default());
+    for (max, most) in [(1usize, 0u64), (2, 4)] {
+        let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+        let subscription = store.subscribe(&Query::for_tags(["rare"]), Position(0)).unwrap();
+        let before = Store::warmed_segments_on_this_thread();
+        let batch = subscription.next_batch(max, Some(std::time::Duration::ZERO)).unwrap().unwrap();
+        let warmed = Store::warmed_segments_on_this_thread() - before;
+        assert_eq!(positions(&batch), rare[..max]);
+        assert!(warmed <= most, "a batch of {max} warmed {warmed} segments");
+        drop(subscription);
+        store.close().unwrap();
+    }
+}
+
+/// A follower opened cold while a writer appends and seals: every read (any window, direction,
+/// limit, several query shapes) answers what the model answers up to the read's head.
+#[test]
+fn cold_followers_answer_exactly_while_a_writer_appends_and_seals() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), options(SEGMENT)).unwrap();
+    fill(&writer, 0, 12_000);
+    writer.wait_for_sealing();
+    let queries = [
+        Query::for_tags(["rare"]),
+        Query::for_tags(["entity:3"]),
+        Query::of([QueryItem::new(["Opened"], ["rare"]), QueryItem::new(Vec::<String>::new(), ["entity:11"])]),
+        Query::of([QueryItem::new(["Moved"], ["entity:7", "rare"]), QueryItem::new(["Opened"], ["entity:8"])]),
+        Query::for_tags(["late"]),
+    ];
+    let mut rng = Rng::new(seed());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let writer = &writer;
+        let done = &done;
+        scope.spawn(move || {
+            let mut i = 12_000;
+            while i < 30_000 {
+                fill(writer, i, i + 500);
+                if i % 3000 == 0 {
+                    writer.append(vec![Event::new("Moved", ["late", "rare"], vec![])], None).unwrap();
+                }
+                i += 500;
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let mut rounds = 0;
+        while rounds < 12 || !done.load(std::sync::atomic::Ordering::Acquire) {
+            rounds += 1;
+            let follower = Store::open_read_only(dir.path()).unwrap();
+            let query = rng.pick(&queries).clone();
+            let read = follower.read(&query, ReadOptions::default()).unwrap();
+            let head = read.head().get();
+            drop(read);
+            let after = if rng.chance(30) { 0 } else { rng.below(head) };
+            let until = if rng.chance(50) { None } else { Some(Position(rng.range(after, head))) };
+            let limit = if rng.chance(50) { None } else { Some(rng.range(2, 300)) };
+            let options_ = ReadOptions { after: Position(after), until, limit, backwards: rng.chance(50) };
+            let result = follower.read(&query, options_).unwrap();
+            let head = result.head().get();
+            let got = positions(&result.collect_all().unwrap());
+            // The model: every event up to this read's head, read whole from the follower.
+            let all = common::read_all(&follower, &Query::all());
+            assert!(all.len() as u64 >= head);
+            assert_eq!(got, expected(&all, head, &query, options_), "round {rounds}: {query:?} {options_:?}");
+            follower.close().unwrap();
+            if rounds > 200 {
+                break;
+            }
+        }
+    });
+    writer.close().unwrap();
+}
+
+const fn seed() -> u64 {
+    0x2026_1202
+}
+
+/// Index files larger than 64 KiB (mapped, not copied), in segments this handle sealed (their
+/// tag filters built at sealing), with their pages evicted (a service after a quiet night). A
+/// read of a new entity is answered by each segment's filter, never reading its dictionary: its
+/// root's page stays out of memory, and judged by that page every such read warmed every
+/// segment again, on 16 threads, for good. After the first read, none may warm anything.
+#[test]
+fn after_eviction_reads_the_filters_answer_warm_up_once_not_every_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    let mut batch = Vec::new();
+    for i in 0..100_000u32 {
+        let mut tags = vec![format!("entity:{}", i % 40)];
+        if i % 700 == 0 {
+            tags.push("rare".into());
+        }
+        batch.push(Event::new("E", tags, vec![]));
+        if batch.len() == 5000 {
+            store.append(std::mem::take(&mut batch), None).unwrap();
+        }
+    }
+    store.wait_for_sealing();
+    store.append(vec![Event::new("E", ["entity:new"], vec![])], None).unwrap();
+    let indexes = files_with(dir.path(), "idx");
+    assert!(indexes.len() >= 3, "{} sealed segments", indexes.len());
+    assert!(indexes.iter().all(|p| std::fs::metadata(p).unwrap().len() > 64 << 10), "index files are mapped");
+    let new_entity = Query::for_tags(["entity:new"]);
+    let absent_type = Query::of([QueryItem::new(["NoSuchType"], ["entity:1"])]);
+    // Loaded and used once before the eviction.
+    for query in [&new_entity, &absent_type] {
+        let _ = warmed_by(&store, query, ReadOptions::default());
+    }
+    assert!(common::evict_store_pages(dir.path()), "this test needs a file system that evicts (not tmpfs)");
+    for query in [&new_entity, &absent_type] {
+        let mut warmed = Vec::new();
+        for _ in 0..3 {
+            let (got, n) = warmed_by(&store, query, ReadOptions::default());
+            assert_eq!(got.len(), usize::from(query == &new_entity));
+            warmed.push(n);
+        }
+        assert!(warmed[1..].iter().all(|&n| n == 0), "{query:?}: segments warmed by each read: {warmed:?}");
+    }
+    store.close().unwrap();
+}
