@@ -397,6 +397,13 @@ impl Walk {
         }
     }
 
+    /// A walk whose caller takes at most `wanted` events from it (a subscription's batch of
+    /// `max`): warm-ups and the few-records prefetch plan for that many, as for a read's limit.
+    pub fn wanting(mut self, wanted: u64) -> Walk {
+        self.wanted = wanted;
+        self
+    }
+
     /// The segment after `i` in walk order that holds some of the window, if any.
     fn segment_after(&self, i: usize) -> Option<usize> {
         if self.backwards {
