@@ -964,6 +964,18 @@ impl IndexFile {
         })
     }
 
+    /// Reads the byte at the dictionary's root (its block checked if it was not), so that its
+    /// page is in memory. For `read::warm`: a warm-up whose walk the planner answered without a
+    /// lookup (a type no event here has, a tag the segment's filter rules out) never reads the
+    /// root, whose page, evicted, would leave the segment judged cold for every later read.
+    pub fn touch_dictionary_root(&self) {
+        let Some(v) = self.verified.get() else { return };
+        let root = v.fst_at + v.fst_root;
+        if let Ok(bytes) = v.blocks.source(root, root + 1) {
+            std::hint::black_box(bytes[root]);
+        }
+    }
+
     /// The lookups, after loading the file and checking its header, block table and
     /// dictionaries on first use. Damage found there is answered from an index rebuilt from the
     /// log, kept for every later call; damage in a block found later is answered the same way by

@@ -81,6 +81,12 @@ fn open_like_the_walk(part: &Part, query: &Query, backwards: bool, planner: Plan
     let access = SegmentAccess { base: part.entry.base, log: &part.entry.log, index: view };
     let Ok(walk) = SegmentWalk::new(&access, query, part.lo, part.hi, backwards, planner, false) else { return };
     prefetch_few_records(&access, &walk, wanted);
+    // Coldness is judged by the dictionary root's page (`is_cold`): a walk answered without a
+    // lookup (an absent type, a tag the filter rules out) leaves it out of memory after an
+    // eviction, and every later read would warm this segment again, on threads, for nothing.
+    if let SegmentIndex::Sealed(file) = &*index {
+        file.touch_dictionary_root();
+    }
 }
 
 thread_local! {
