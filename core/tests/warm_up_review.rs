@@ -252,3 +252,90 @@ fn after_eviction_reads_the_filters_answer_warm_up_once_not_every_time() {
     }
     store.close().unwrap();
 }
+
+/// One sealed segment whose index file is mapped (over 64 KiB), and the active one: tags
+/// `e0`..`e3` on every event, "rare" on every 512th (a short list). Returns how many rare events
+/// lie in the sealed segment.
+fn one_mapped_segment(dir: &Path) -> usize {
+    let store = Store::open(dir, options(1 << 20)).unwrap();
+    let mut i = 0u32;
+    while files_with(dir, "log").len() < 2 {
+        let batch: Vec<Event> = (i..i + 1000)
+            .map(|i| {
+                let mut tags = vec![format!("e{}", i % 4)];
+                if i % 512 == 100 {
+                    tags.push("rare".into());
+                }
+                Event::new("E", tags, vec![7; 24])
+            })
+            .collect();
+        store.append(batch, None).unwrap();
+        i += 1000;
+    }
+    store.wait_for_sealing();
+    store.close().unwrap();
+    let indexes = files_with(dir, "idx");
+    assert_eq!(indexes.len(), 1);
+    assert!(std::fs::metadata(&indexes[0]).unwrap().len() > 64 << 10, "the index file is mapped");
+    let mut logs = files_with(dir, "log");
+    logs.sort();
+    let active_base: u64 = logs[1].file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    (0..i).filter(|i| i % 512 == 100 && u64::from(*i) + 1 < active_base).count()
+}
+
+/// A subscription taking one event at a time walks anew for each: on a warm store, what it pays
+/// in `mincore` must not grow with the events it delivers (the offsets prefetch of a short list,
+/// judged by whether the list's page is in memory, asked once per lookup, that is per event).
+#[test]
+fn a_warm_subscription_taking_one_event_at_a_time_pays_no_mincore_per_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let in_sealed = one_mapped_segment(dir.path());
+    assert!(in_sealed >= 16, "{in_sealed} rare events in the sealed segment");
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    let rare = Query::for_tags(["rare"]);
+    // Warm: read once whole.
+    let all = common::read_all(&store, &rare);
+    let subscription = store.subscribe(&rare, Position(0)).unwrap();
+    let before = Store::residency_checks_on_this_thread();
+    for event in &all[..in_sealed] {
+        let batch = subscription.next_batch(1, Some(std::time::Duration::ZERO)).unwrap().unwrap();
+        assert_eq!(positions(&batch), [event.position.get()]);
+    }
+    let checks = Store::residency_checks_on_this_thread() - before;
+    assert!(checks <= 4, "{checks} mincore calls for {in_sealed} events delivered one at a time from a warm segment");
+    drop(subscription);
+    store.close().unwrap();
+}
+
+/// A warm read across many sealed segments pays its residency hints per segment it opens, never
+/// per event. ARCHITECTURE.md ("Cold is what is not in memory"): one `mincore` per segment for
+/// each of three hints (the warm-up's look ahead, the short list's page, the first record's
+/// page), so at most 3 a sealed segment for a read driven by short lists. A long list's walk
+/// asks ahead by bytes (two per ask), far fewer than its events.
+#[test]
+fn a_warm_read_pays_mincore_per_segment_not_per_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    fill(&store, 0, 100_000);
+    store.wait_for_sealing();
+    store.close().unwrap();
+    let sealed = files_with(dir.path(), "idx").len() as u64;
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    for (query, short) in [
+        (Query::for_tags(["rare"]), true),
+        (Query::for_tags(["entity:3", "rare"]), true),
+        (Query::for_tags(["entity:3"]), false),
+    ] {
+        let _ = common::read_all(&store, &query);
+        let before = Store::residency_checks_on_this_thread();
+        let events = common::read_all(&store, &query).len() as u64;
+        let checks = Store::residency_checks_on_this_thread() - before;
+        assert!(events > 2 * sealed, "{events} events");
+        if short {
+            assert!(checks <= 3 * sealed, "{query:?}: {checks} mincore calls in {sealed} sealed segments");
+        } else {
+            assert!(checks * 50 < events, "{query:?}: {checks} mincore calls for {events} events");
+        }
+    }
+    store.close().unwrap();
+}
