@@ -485,7 +485,7 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
             rels.clear();
             for value in values {
                 let postings = parts[value.index]
-                    .postings_of_value(value.value, tag)
+                    .postings_of_value(value.value, tag, false)
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
                 let first = firsts[value.index];
                 postings.for_each_up_to(parts[value.index].count as u32 - 1, |rel| rels.push(first + rel));
@@ -1341,13 +1341,17 @@ impl VerifiedIndex {
     pub fn postings(&self, tag: &str) -> Result<Option<Postings>> {
         self.tag_lookups.fetch_add(1, Ordering::Relaxed);
         let Some(value) = self.tag_value(tag.as_bytes())? else { return Ok(None) };
-        self.postings_of_value(value, tag.as_bytes()).map(Some)
+        self.postings_of_value(value, tag.as_bytes(), false).map(Some)
     }
 
     /// The postings a tag-dictionary value stands for (`tag` names it in errors). The blocks
     /// its bytes lie in are checked here, before any of them is read; the postings then read
-    /// only those bytes.
-    fn postings_of_value(&self, value: u64, tag: &[u8]) -> Result<Postings> {
+    /// only those bytes. A short list read cold has its events' offsets asked for together:
+    /// cold is its first touch, or, with `judge_residency`, its page not in memory (one
+    /// `mincore`: only the planner's count of a walk wanting two events or more asks; merges,
+    /// inventories and the postings that follow a count would pay it per tag, and a
+    /// subscription taking one event at a time per event).
+    fn postings_of_value(&self, value: u64, tag: &[u8], judge_residency: bool) -> Result<Postings> {
         let payload = value & PAYLOAD_MASK;
         let bad = || {
             let tag = String::from_utf8_lossy(tag);
@@ -1363,7 +1367,7 @@ impl VerifiedIndex {
                 let end = (start + SHORT_LIST_MAX_BYTES).min(blob_end);
                 // Cold: never read, or read once and evicted since (a service's pages after a
                 // quiet night; the scale benchmark's rare read after its hot one).
-                let cold = self.blocks.first_touch(start) || !self.blocks.bytes.is_resident(start);
+                let cold = self.blocks.first_touch(start) || (judge_residency && !self.blocks.bytes.is_resident(start));
                 let bytes = &self.blocks.source(start, end)?[start..end];
                 let mut cursor = 0;
                 let n = get_varint(bytes, &mut cursor).ok_or_else(bad)? as usize;
@@ -1375,7 +1379,7 @@ impl VerifiedIndex {
                     rels.push(u32::try_from(rel).map_err(|_| bad())?);
                 }
                 if cold {
-                    self.prefetch_offsets_of(&rels);
+                    self.prefetch_offsets_of(&rels, judge_residency);
                 }
                 SortedList::Owned(rels.into())
             }
@@ -1414,12 +1418,14 @@ impl VerifiedIndex {
     /// Pages in memory already are skipped by `FileBytes::prefetch` (whether their blocks were
     /// checked says nothing of that: a walk through a hot tag checks every offsets block, and
     /// their pages may be evicted since).
-    fn prefetch_offsets_of(&self, rels: &[u32]) {
+    /// Without `judge_residency` (first touch only, no system call to judge by), only pages
+    /// whose blocks were never read are asked for, as before residency was judged.
+    fn prefetch_offsets_of(&self, rels: &[u32], judge_residency: bool) {
         let mut last_page = usize::MAX;
         for &rel in rels {
             let at = self.offsets_at + 8 * rel as usize;
             let page = at / INDEX_BLOCK_LEN;
-            if page != last_page {
+            if page != last_page && (judge_residency || self.blocks.first_touch(at)) {
                 self.blocks.bytes.prefetch(at, 8);
             }
             last_page = page;
@@ -1454,7 +1460,7 @@ impl VerifiedIndex {
         let dictionary = self.dictionary()?;
         let mut stream = dictionary.stream();
         while let Some((tag, value)) = stream.next() {
-            visit(tag, self.postings_of_value(value, tag)?);
+            visit(tag, self.postings_of_value(value, tag, false)?);
         }
         Ok(())
     }
@@ -1469,7 +1475,7 @@ impl VerifiedIndex {
             if !tag.starts_with(prefix.as_bytes()) {
                 break;
             }
-            visit(tag, self.postings_of_value(value, tag)?);
+            visit(tag, self.postings_of_value(value, tag, false)?);
         }
         Ok(())
     }
@@ -1492,13 +1498,17 @@ impl VerifiedIndex {
 
     /// How many events carry `tag`, without decoding its list. Damaged postings are
     /// `Corruption`, never a count of 0 (which the planner would take for "no match here").
-    pub fn tag_count(&self, tag: &str) -> Result<u32> {
+    /// The planner counts every tag of an item before it takes their postings, so a short
+    /// list's coldness is judged here, once per lookup: with `judge_residency` (a walk wanting
+    /// two events or more) by whether its page is in memory, else only by first touch (see
+    /// `postings_of_value`).
+    pub fn tag_count(&self, tag: &str, judge_residency: bool) -> Result<u32> {
         self.tag_lookups.fetch_add(1, Ordering::Relaxed);
         let Some(value) = self.tag_value(tag.as_bytes())? else { return Ok(0) };
         match value >> 62 {
             TIER_SINGLE => Ok(1),
             // A short list is small: decoding it costs what reading its count does.
-            TIER_SHORT => Ok(self.postings_of_value(value, tag.as_bytes())?.count() as u32),
+            TIER_SHORT => Ok(self.postings_of_value(value, tag.as_bytes(), judge_residency)?.count() as u32),
             // A long list or a bitmap starts with its count: only that block is read and
             // checked (the planner counts every tag of an item to pick the rarest; checking a
             // hot tag's whole list for that cost I/O in proportion to the list).

@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{Error, Result};
 use crate::event::{EventView, SequencedEvent};
-use crate::index::plan::{SegmentAccess, SegmentWalk};
+use crate::index::plan::{Purpose, SegmentAccess, SegmentWalk};
 use crate::index::{Planner, SegmentIndex};
 use crate::index::file::IndexFile;
 use crate::log::segment::{FileBytes, SegmentLog};
@@ -487,7 +487,11 @@ impl Walk {
                     (last - entry.base) as u32,
                     self.backwards,
                     self.snapshot.planner,
-                    self.build_filters,
+                    match (self.build_filters, self.wanted) {
+                        (true, _) => Purpose::Condition,
+                        (false, 0 | 1) => Purpose::One,
+                        (false, _) => Purpose::Many,
+                    },
                 )?;
                 self.prefetched = None;
                 self.index_prefetched = Ahead::Nothing;

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use super::{prefetch_few_records, SegmentEntry};
-use crate::index::plan::{SegmentAccess, SegmentWalk};
+use crate::index::plan::{Purpose, SegmentAccess, SegmentWalk};
 use crate::index::{Planner, SegmentIndex};
 use crate::query::Query;
 
@@ -79,7 +79,7 @@ fn open_like_the_walk(part: &Part, query: &Query, backwards: bool, planner: Plan
     let index = part.entry.index.load_full();
     let Ok(view) = index.view() else { return };
     let access = SegmentAccess { base: part.entry.base, log: &part.entry.log, index: view };
-    let Ok(walk) = SegmentWalk::new(&access, query, part.lo, part.hi, backwards, planner, false) else { return };
+    let Ok(walk) = SegmentWalk::new(&access, query, part.lo, part.hi, backwards, planner, Purpose::Many) else { return };
     prefetch_few_records(&access, &walk, wanted);
     // Coldness is judged by the dictionary root's page (`is_cold`): a walk answered without a
     // lookup (an absent type, a tag the filter rules out) leaves it out of memory after an
