@@ -339,3 +339,96 @@ fn a_warm_read_pays_mincore_per_segment_not_per_event() {
     }
     store.close().unwrap();
 }
+
+/// The bases of a store's segments, ascending (from their log files' names).
+fn segment_bases(dir: &Path) -> Vec<u64> {
+    let mut bases: Vec<u64> =
+        files_with(dir, "log").iter().map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap()).collect();
+    bases.sort();
+    bases
+}
+
+/// A limited read warms 4 segments first, then 8, 16, 32 (each batch from the segment the walk
+/// is about to open, counting only its cold sealed segments, and only when two or more): for
+/// every limit, the segments warmed are exactly those of the batches the walk entered. Judged
+/// against the rule for limits ending in each of the first segments, so that a batch that does
+/// not grow (4, 4, 4) or starts elsewhere is seen.
+#[test]
+fn a_limited_read_warms_exactly_the_growing_batches_it_enters() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = many_segments(dir.path());
+    let bases = segment_bases(dir.path());
+    let sealed = files_with(dir.path(), "idx").len();
+    assert_eq!(sealed + 1, bases.len(), "every segment but the active one is sealed");
+    let rare = Query::for_tags(["rare"]);
+    let found = expected(&all, all.len() as u64, &rare, ReadOptions::default());
+    let segment_of = |position: u64| bases.iter().rposition(|&b| b <= position).unwrap();
+    let mut seen_walked = std::collections::BTreeSet::new();
+    for limit in 2..=found.len() as u64 {
+        let options_ = ReadOptions { limit: Some(limit), ..Default::default() };
+        // The walk opens segments up to the one holding its last event.
+        let walked = segment_of(found[limit as usize - 1]) + 1;
+        if !seen_walked.insert(walked) {
+            continue;
+        }
+        // Entering segment `from`, the walk wants the limit less what earlier segments gave,
+        // and warms only while it wants two events or more.
+        let wanted_at = |from: usize| limit - found[..limit as usize].iter().filter(|&&p| segment_of(p) < from).count() as u64;
+        let (mut batch, mut from, mut rule) = (4usize, 0usize, 0u64);
+        while from < walked && wanted_at(from) >= 2 {
+            let cold = (from..(from + batch).min(bases.len())).filter(|&s| s < sealed).count() as u64;
+            if cold >= 2 {
+                rule += cold;
+            }
+            from += batch;
+            batch = (batch * 2).min(32);
+        }
+        let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+        let (got, warmed) = warmed_by(&store, &rare, options_);
+        store.close().unwrap();
+        assert_eq!(got, found[..limit as usize]);
+        assert_eq!(warmed, rule, "limit {limit}: the walk opened {walked} segments");
+        assert!(warmed as usize <= 2 * walked + 4, "warms at most about as many again as it walked");
+    }
+    assert!(seen_walked.len() >= 6, "limits ending in {} different segments", seen_walked.len());
+}
+
+/// A dictionary node may span two blocks (a node's bytes are checked over the most a node can
+/// take, more than a block): two unchecked blocks are asked for at once before they are
+/// checked (`BlockChecks::check_range`). Lookups of tags of one event each (their postings in
+/// the dictionary's value) in a cold mapped index of many tags, with a limit of 1 (no warm-up,
+/// no record batch, no postings read), ask only for that. (Absent tags would not do: the
+/// segment's tag filter answers them without a lookup.)
+#[test]
+fn a_cold_dictionary_lookup_asks_for_a_nodes_blocks_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    // Tags that share little but their prefix, so the dictionary does not compress to a few
+    // blocks.
+    let mut rng = Rng::new(seed());
+    let mut tags = Vec::new();
+    while files_with(dir.path(), "log").len() < 2 {
+        let batch: Vec<Event> = (0..1000)
+            .map(|_| {
+                tags.push(format!("order:{:016x}", rng.next_u64()));
+                Event::new("E", [tags.last().unwrap().clone()], vec![])
+            })
+            .collect();
+        store.append(batch, None).unwrap();
+    }
+    store.wait_for_sealing();
+    store.close().unwrap();
+    let index = &files_with(dir.path(), "idx")[0];
+    assert!(std::fs::metadata(index).unwrap().len() > 256 << 10, "a mapped index of many blocks");
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    let one = ReadOptions { limit: Some(1), ..Default::default() };
+    // The index is loaded and checked (header, table, dictionary footer) by a first lookup.
+    assert!(warmed_by(&store, &Query::for_tags(["absent"]), one).0.is_empty());
+    let before = Store::prefetch_requests_on_this_thread();
+    for n in (0..tags.len()).step_by(997) {
+        assert_eq!(warmed_by(&store, &Query::for_tags([&tags[n]]), one).0, [n as u64 + 1]);
+    }
+    let asked = Store::prefetch_requests_on_this_thread() - before;
+    assert!(asked >= 1, "no node's blocks were asked for together");
+    store.close().unwrap();
+}
