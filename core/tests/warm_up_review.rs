@@ -432,3 +432,98 @@ fn a_cold_dictionary_lookup_asks_for_a_nodes_blocks_at_once() {
     assert!(asked >= 1, "no node's blocks were asked for together");
     store.close().unwrap();
 }
+
+/// The walk alone, without warm-ups: the window read one segment at a time (a window inside
+/// one segment has one cold segment at most, which is never handed to a thread), each on a
+/// store just opened, in walk order, until the limit is met or a segment's read fails.
+fn walk_alone(dir: &Path, bases: &[u64], head: u64, query: &Query, options_: ReadOptions) -> Result<Vec<u64>, String> {
+    let low = options_.after.get() + 1;
+    let high = options_.until.map_or(head, |u| u.get().min(head));
+    let mut windows: Vec<(u64, u64)> = bases
+        .iter()
+        .enumerate()
+        .map(|(i, &base)| (base.max(low), bases.get(i + 1).map_or(head, |&next| next - 1).min(high)))
+        .filter(|(first, last)| first <= last)
+        .collect();
+    if options_.backwards {
+        windows.reverse();
+    }
+    let mut got = Vec::new();
+    for (first, last) in windows {
+        let remaining = options_.limit.map(|l| l - got.len() as u64);
+        if remaining == Some(0) {
+            break;
+        }
+        let store = Store::open(dir, options(SEGMENT)).unwrap();
+        let one = ReadOptions { after: Position(first - 1), until: Some(Position(last)), limit: remaining, backwards: options_.backwards };
+        let before = Store::warmed_segments_on_this_thread();
+        let read = store.read(query, one).unwrap().collect_all();
+        assert_eq!(Store::warmed_segments_on_this_thread(), before, "a one-segment window warms nothing");
+        store.close().unwrap();
+        match read {
+            Ok(events) => got.extend(positions(&events)),
+            Err(e) => return Err(format!("{:?}: {}", e.kind(), e.message())),
+        }
+    }
+    Ok(got)
+}
+
+/// Damage met by warm-up threads gives the answer or the error the walk alone gives: two
+/// dictionaries damaged (rebuilt from the log), and one of them in a segment whose log is
+/// damaged too (its rebuild fails: Corruption for the reads that reach it), for random windows,
+/// limits and directions. A warm-up meets the failed rebuild first and keeps it: a read that
+/// ends before that segment must still succeed, and one that reaches it fail as the walk would.
+#[test]
+fn damage_met_by_warm_ups_answers_as_the_walk_alone_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = many_segments(dir.path());
+    let head = all.len() as u64;
+    let bases = segment_bases(dir.path());
+    let indexes = files_with(dir.path(), "idx");
+    for index in [&indexes[2], &indexes[6]] {
+        let mut bytes = std::fs::read(index).unwrap();
+        let postings_at = common::u64_at(&bytes, 72);
+        bytes[postings_at - 24] ^= 0x5a;
+        std::fs::write(index, bytes).unwrap();
+    }
+    // A payload in segment 6's log, of an event no query below returns (entity 39, not rare).
+    let victim = (bases[6]..bases[7]).map(|p| (p - 1) as u32).find(|i| i % 40 == 39 && i % 700 != 0).unwrap();
+    let log = common::segment_path(dir.path(), bases[6]);
+    let mut bytes = std::fs::read(&log).unwrap();
+    let needle = victim.to_le_bytes();
+    let at: Vec<usize> = bytes.windows(4).enumerate().filter(|(_, w)| *w == needle).map(|(i, _)| i).collect();
+    assert_eq!(at.len(), 1, "the victim's payload is found once");
+    bytes[at[0] + 1] ^= 0x77;
+    std::fs::write(&log, bytes).unwrap();
+    let queries = [
+        Query::for_tags(["rare"]),
+        Query::for_tags(["entity:5"]),
+        Query::of([QueryItem::new(["Opened"], ["entity:3"]), QueryItem::new(Vec::<String>::new(), ["rare"])]),
+    ];
+    let mut rng = Rng::new(seed() + 1);
+    let (mut failed, mut answered) = (0, 0);
+    for round in 0..24 {
+        let query = rng.pick(&queries).clone();
+        let after = if rng.chance(40) { 0 } else { rng.below(head) };
+        let until = if rng.chance(50) { None } else { Some(Position(rng.range(after, head))) };
+        let limit = if rng.chance(40) { None } else { Some(rng.range(2, 120)) };
+        let options_ = ReadOptions { after: Position(after), until, limit, backwards: rng.chance(50) };
+        let alone = walk_alone(dir.path(), &bases, head, &query, options_);
+        let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+        let warmed = store
+            .read(&query, options_)
+            .unwrap()
+            .collect_all()
+            .map(|events| positions(&events))
+            .map_err(|e| format!("{:?}: {}", e.kind(), e.message()));
+        store.close().unwrap();
+        assert_eq!(warmed, alone, "round {round}: {query:?} {options_:?}");
+        if let Ok(got) = &alone {
+            assert_eq!(*got, expected(&all, head, &query, options_), "round {round}");
+            answered += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    assert!(failed > 0 && answered > 0, "{failed} reads failed, {answered} answered");
+}
