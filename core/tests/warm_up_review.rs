@@ -527,3 +527,51 @@ fn damage_met_by_warm_ups_answers_as_the_walk_alone_does() {
     }
     assert!(failed > 0 && answered > 0, "{failed} reads failed, {answered} answered");
 }
+
+/// Eight reads at once on a store just opened (every segment cold, each read warming on its
+/// own threads), the store closed after every read has begun and before any has walked: each
+/// read answers exactly from its snapshot or fails with `Closed`, and none panics or hangs.
+#[test]
+fn reads_warming_at_once_on_a_cold_store_closed_under_them_answer_or_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = many_segments(dir.path());
+    let head = all.len() as u64;
+    let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+    let queries: Vec<Query> = (0..8)
+        .map(|k| if k % 2 == 0 { Query::for_tags(["rare"]) } else { Query::for_tags([format!("entity:{k}")]) })
+        .collect();
+    let begun = std::sync::Barrier::new(queries.len() + 1);
+    let (store, begun, all) = (&store, &begun, &all);
+    type Outcome = (Query, ReadOptions, lapilli_core::Result<Vec<SequencedEvent>>, u64);
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let readers: Vec<_> = queries
+            .iter()
+            .enumerate()
+            .map(|(k, query)| {
+                scope.spawn(move || {
+                    let options_ = ReadOptions { backwards: k % 3 == 0, limit: (k % 4 == 1).then_some(50), ..Default::default() };
+                    let read = store.read(query, options_).unwrap();
+                    begun.wait();
+                    begun.wait();
+                    let before = Store::warmed_segments_on_this_thread();
+                    let outcome = read.collect_all();
+                    (query.clone(), options_, outcome, Store::warmed_segments_on_this_thread() - before)
+                })
+            })
+            .collect();
+        begun.wait();
+        store.close().unwrap();
+        begun.wait();
+        readers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let mut warmed = 0;
+    for (query, options_, outcome, n) in outcomes {
+        match outcome {
+            Ok(events) => assert_eq!(positions(&events), expected(all, head, &query, options_), "{query:?} {options_:?}"),
+            Err(e) => assert_eq!(e.kind(), lapilli_core::ErrorKind::Closed, "{query:?}: {e}"),
+        }
+        warmed += n;
+    }
+    // Reads begun before the close walk their snapshots: they warmed, after the close.
+    assert!(warmed > 0, "no read warmed a segment");
+}
