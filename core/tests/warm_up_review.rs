@@ -575,3 +575,56 @@ fn reads_warming_at_once_on_a_cold_store_closed_under_them_answer_or_fail_cleanl
     // Reads begun before the close walk their snapshots: they warmed, after the close.
     assert!(warmed > 0, "no read warmed a segment");
 }
+
+/// Segments indexed in parts (`Options::part_bytes`): a writable reopen of a store whose active
+/// segment has part index files, then appends that seal segments (their parts merged) while the
+/// same handle reads, and a fresh open at the end. Every read (random windows, limits,
+/// directions, query shapes) answers as the model over everything up to the read's head.
+#[test]
+fn reads_over_segments_in_parts_answer_exactly_while_segments_seal_and_merge() {
+    let parts = |dir: &Path| Store::open(dir, lapilli_core::Options { part_bytes: 4 << 10, ..options(SEGMENT) }).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = parts(dir.path());
+    fill(&store, 0, 14_500);
+    store.wait_for_sealing();
+    store.close().unwrap();
+    assert!(!files_with(dir.path(), "part").is_empty(), "the active segment has part index files");
+    let queries = [
+        Query::for_tags(["rare"]),
+        Query::for_tags(["entity:3"]),
+        Query::of([QueryItem::new(["Opened"], ["rare"]), QueryItem::new(Vec::<String>::new(), ["entity:11"])]),
+        Query::of([QueryItem::new(["Moved"], ["entity:7", "rare"]), QueryItem::new(["Opened"], ["entity:8"])]),
+    ];
+    let mut rng = Rng::new(seed() + 2);
+    let mut check = |store: &Store, rounds: usize| {
+        for round in 0..rounds {
+            let query = rng.pick(&queries).clone();
+            let head = store.head().unwrap().get();
+            let after = if rng.chance(30) { 0 } else { rng.below(head) };
+            let until = if rng.chance(50) { None } else { Some(Position(rng.range(after, head))) };
+            let limit = if rng.chance(50) { None } else { Some(rng.range(2, 300)) };
+            let options_ = ReadOptions { after: Position(after), until, limit, backwards: rng.chance(50) };
+            let result = store.read(&query, options_).unwrap();
+            let head = result.head().get();
+            let got = positions(&result.collect_all().unwrap());
+            let all = common::read_all(store, &Query::all());
+            assert_eq!(got, expected(&all, head, &query, options_), "round {round}: {query:?} {options_:?}");
+        }
+    };
+    let store = parts(dir.path());
+    check(&store, 12);
+    std::thread::scope(|scope| {
+        let writer = &store;
+        let appending = scope.spawn(move || fill(writer, 14_500, 40_000));
+        while !appending.is_finished() {
+            check(&store, 1);
+        }
+        appending.join().unwrap();
+    });
+    store.wait_for_sealing();
+    check(&store, 12);
+    store.close().unwrap();
+    let store = parts(dir.path());
+    check(&store, 12);
+    store.close().unwrap();
+}
