@@ -628,3 +628,30 @@ fn reads_over_segments_in_parts_answer_exactly_while_segments_seal_and_merge() {
     check(&store, 12);
     store.close().unwrap();
 }
+
+/// An index rebuilt from its log (a block failed its check) answers from memory: its lists'
+/// and offsets' pages in the damaged file say nothing of what a lookup will fault on. Judged by
+/// them (never read again, so out of memory after an eviction), every lookup of a short list
+/// asked the kernel to read the damaged file's offsets pages, one ask per event here, for
+/// nothing. After the eviction only the records are asked for (one ask each).
+#[test]
+fn a_rebuilt_index_does_not_ask_for_the_damaged_files_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let in_sealed = one_mapped_segment(dir.path());
+    let index = &files_with(dir.path(), "idx")[0];
+    // The offsets entry of the first rare event (position 101): its block fails its check when
+    // a lookup first reads it, after the index was loaded, and the index is rebuilt then.
+    let mut bytes = std::fs::read(index).unwrap();
+    let offsets_at = common::u64_at(&bytes, 40);
+    bytes[offsets_at + 8 * 100 + 6] ^= 0x5a;
+    std::fs::write(index, bytes).unwrap();
+    let store = Store::open(dir.path(), options(1 << 20)).unwrap();
+    let rare = Query::for_tags(["rare"]);
+    let all = common::read_all(&store, &rare);
+    assert!(common::evict_store_pages(dir.path()), "this test needs a file system that evicts (not tmpfs)");
+    let asked = Store::prefetch_requests_on_this_thread();
+    assert_eq!(positions(&common::read_all(&store, &rare)), positions(&all));
+    let asked = Store::prefetch_requests_on_this_thread() - asked;
+    assert!(asked as usize <= in_sealed, "{asked} prefetch asks for {in_sealed} events of a rebuilt index");
+    store.close().unwrap();
+}
