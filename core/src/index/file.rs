@@ -1367,7 +1367,9 @@ impl VerifiedIndex {
                 let end = (start + SHORT_LIST_MAX_BYTES).min(blob_end);
                 // Cold: never read, or read once and evicted since (a service's pages after a
                 // quiet night; the scale benchmark's rare read after its hot one).
-                let cold = self.blocks.first_touch(start) || (judge_residency && !self.blocks.bytes.is_resident(start));
+                // An index rebuilt from its log answers from memory: the file's pages say nothing.
+                let cold = self.blocks.first_touch(start)
+                    || (judge_residency && self.blocks.rebuilt.get().is_none() && !self.blocks.bytes.is_resident(start));
                 let bytes = &self.blocks.source(start, end)?[start..end];
                 let mut cursor = 0;
                 let n = get_varint(bytes, &mut cursor).ok_or_else(bad)? as usize;
