@@ -349,10 +349,10 @@ fn segment_bases(dir: &Path) -> Vec<u64> {
 }
 
 /// A limited read warms 4 segments first, then 8, 16, 32 (each batch from the segment the walk
-/// is about to open, counting only its cold sealed segments, and only when two or more): for
-/// every limit, the segments warmed are exactly those of the batches the walk entered. Judged
-/// against the rule for limits ending in each of the first segments, so that a batch that does
-/// not grow (4, 4, 4) or starts elsewhere is seen.
+/// is about to open, counting only its cold sealed segments, and only when two or more, while
+/// the walk wants two events or more): for every limit, both directions, the segments warmed
+/// are exactly those of the batches the walk entered. Judged against the rule for limits ending
+/// in each segment, so that a batch that does not grow (4, 4, 4) or starts elsewhere is seen.
 #[test]
 fn a_limited_read_warms_exactly_the_growing_batches_it_enters() {
     let dir = tempfile::tempdir().unwrap();
@@ -361,36 +361,42 @@ fn a_limited_read_warms_exactly_the_growing_batches_it_enters() {
     let sealed = files_with(dir.path(), "idx").len();
     assert_eq!(sealed + 1, bases.len(), "every segment but the active one is sealed");
     let rare = Query::for_tags(["rare"]);
-    let found = expected(&all, all.len() as u64, &rare, ReadOptions::default());
     let segment_of = |position: u64| bases.iter().rposition(|&b| b <= position).unwrap();
-    let mut seen_walked = std::collections::BTreeSet::new();
-    for limit in 2..=found.len() as u64 {
-        let options_ = ReadOptions { limit: Some(limit), ..Default::default() };
-        // The walk opens segments up to the one holding its last event.
-        let walked = segment_of(found[limit as usize - 1]) + 1;
-        if !seen_walked.insert(walked) {
-            continue;
-        }
-        // Entering segment `from`, the walk wants the limit less what earlier segments gave,
-        // and warms only while it wants two events or more.
-        let wanted_at = |from: usize| limit - found[..limit as usize].iter().filter(|&&p| segment_of(p) < from).count() as u64;
-        let (mut batch, mut from, mut rule) = (4usize, 0usize, 0u64);
-        while from < walked && wanted_at(from) >= 2 {
-            let cold = (from..(from + batch).min(bases.len())).filter(|&s| s < sealed).count() as u64;
-            if cold >= 2 {
-                rule += cold;
+    for backwards in [false, true] {
+        let found = expected(&all, all.len() as u64, &rare, ReadOptions { backwards, ..Default::default() });
+        // Segments in walk order.
+        let order: Vec<usize> = if backwards { (0..bases.len()).rev().collect() } else { (0..bases.len()).collect() };
+        let rank = |segment: usize| order.iter().position(|&s| s == segment).unwrap();
+        let mut seen_walked = std::collections::BTreeSet::new();
+        for limit in 2..=found.len() as u64 {
+            let options_ = ReadOptions { limit: Some(limit), backwards, ..Default::default() };
+            // The walk opens segments up to the one holding its last event.
+            let walked = rank(segment_of(found[limit as usize - 1])) + 1;
+            if !seen_walked.insert(walked) {
+                continue;
             }
-            from += batch;
-            batch = (batch * 2).min(32);
+            // Entering the segment of rank `from`, the walk wants the limit less what earlier
+            // segments gave.
+            let wanted_at =
+                |from: usize| limit - found[..limit as usize].iter().filter(|&&p| rank(segment_of(p)) < from).count() as u64;
+            let (mut batch, mut from, mut rule) = (4usize, 0usize, 0u64);
+            while from < walked && wanted_at(from) >= 2 {
+                let cold = order[from..(from + batch).min(order.len())].iter().filter(|&&s| s < sealed).count() as u64;
+                if cold >= 2 {
+                    rule += cold;
+                }
+                from += batch;
+                batch = (batch * 2).min(32);
+            }
+            let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+            let (got, warmed) = warmed_by(&store, &rare, options_);
+            store.close().unwrap();
+            assert_eq!(got, found[..limit as usize]);
+            assert_eq!(warmed, rule, "limit {limit}, backwards {backwards}: the walk opened {walked} segments");
+            assert!(warmed as usize <= 2 * walked + 4, "warms at most about as many again as it walked");
         }
-        let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
-        let (got, warmed) = warmed_by(&store, &rare, options_);
-        store.close().unwrap();
-        assert_eq!(got, found[..limit as usize]);
-        assert_eq!(warmed, rule, "limit {limit}: the walk opened {walked} segments");
-        assert!(warmed as usize <= 2 * walked + 4, "warms at most about as many again as it walked");
+        assert!(seen_walked.len() >= 6, "limits ending in {} different segments", seen_walked.len());
     }
-    assert!(seen_walked.len() >= 6, "limits ending in {} different segments", seen_walked.len());
 }
 
 /// A dictionary node may span two blocks (a node's bytes are checked over the most a node can
