@@ -661,3 +661,46 @@ fn a_rebuilt_index_does_not_ask_for_the_damaged_files_pages() {
     assert!(asked as usize <= in_sealed, "{asked} prefetch asks for {in_sealed} events of a rebuilt index");
     store.close().unwrap();
 }
+
+/// Two segments whose indexes cannot be loaded (a dictionary block damaged, and the log too, so
+/// the rebuild from it fails): a read that ends before them never meets them, but they lie in
+/// its first warm-up's batch. Each such read handed them to threads again, and each thread
+/// encoded the whole segment again to fail again (a segment's worth of work per read per
+/// damaged segment, which the walk alone never pays): a warm-up that could not load an index
+/// leaves it to the walk.
+#[test]
+fn indexes_a_warm_up_could_not_load_are_not_warmed_again_by_every_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = many_segments(dir.path());
+    let head = all.len() as u64;
+    let bases = segment_bases(dir.path());
+    let indexes = files_with(dir.path(), "idx");
+    for segment in [2, 3] {
+        let mut bytes = std::fs::read(&indexes[segment]).unwrap();
+        let postings_at = common::u64_at(&bytes, 72);
+        bytes[postings_at - 24] ^= 0x5a;
+        std::fs::write(&indexes[segment], bytes).unwrap();
+        let victim = (bases[segment]..bases[segment + 1]).map(|p| (p - 1) as u32).find(|i| i % 40 == 39 && i % 700 != 0).unwrap();
+        let log = common::segment_path(dir.path(), bases[segment]);
+        let mut bytes = std::fs::read(&log).unwrap();
+        let at: Vec<usize> = bytes.windows(4).enumerate().filter(|(_, w)| *w == victim.to_le_bytes()).map(|(i, _)| i).collect();
+        assert_eq!(at.len(), 1);
+        bytes[at[0] + 1] ^= 0x77;
+        std::fs::write(&log, bytes).unwrap();
+    }
+    let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
+    // Reaching them fails, as the walk alone would.
+    let error = store.read(&Query::for_tags(["rare"]), ReadOptions::default()).unwrap().collect_all().unwrap_err();
+    assert_eq!(error.kind(), lapilli_core::ErrorKind::Corruption);
+    // Reads that end in the first segment: answered, and the damaged segments warmed no more.
+    let entity = Query::for_tags(["entity:1"]);
+    let two = ReadOptions { limit: Some(2), ..Default::default() };
+    let mut warmed = Vec::new();
+    for _ in 0..3 {
+        let (got, n) = warmed_by(&store, &entity, two);
+        assert_eq!(got, expected(&all, head, &entity, two));
+        warmed.push(n);
+    }
+    assert_eq!(warmed, [0, 0, 0], "segments warmed by each read");
+    store.close().unwrap();
+}
