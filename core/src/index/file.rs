@@ -663,6 +663,10 @@ pub struct IndexFile {
     header_crc: u32,
     /// Set once the first-use checks have passed; never set for a body that failed them.
     verified: OnceLock<Box<VerifiedIndex>>,
+    /// A warm-up (`read::warm`) could not load it: judged warm from then on, so that reads
+    /// which never reach it do not each hand it to a thread that fails again (a damaged body
+    /// whose rebuild fails encodes the whole segment each time); the walk meets it itself.
+    warm_up_failed: AtomicBool,
 }
 
 /// How much of an index [`IndexFile::verify`] checks before it answers.
@@ -950,18 +954,24 @@ impl IndexFile {
             log_end: header.log_end,
             header_crc: header.header_crc,
             verified: OnceLock::new(),
+            warm_up_failed: AtomicBool::new(false),
         }
     }
 
-    /// Whether a tag lookup here would start cold: the body was not loaded since the open, or
+    /// Whether a tag lookup here would start cold: the body was not loaded since the open (and
+    /// no warm-up failed to load it), or
     /// its dictionary's root was never read, or its page is no longer in memory (one `mincore`:
     /// a process that read the store once and had its pages evicted since, as a service does
     /// after a quiet night, would otherwise be judged warm for good). For `read::warm`.
     pub fn lookup_is_cold(&self) -> bool {
-        self.verified.get().is_none_or(|v| {
-            let root = v.fst_at + v.fst_root;
-            v.blocks.first_touch(root) || (v.blocks.rebuilt.get().is_none() && !v.blocks.bytes.is_resident(root))
-        })
+        let Some(v) = self.verified.get() else { return !self.warm_up_failed.load(Ordering::Relaxed) };
+        let root = v.fst_at + v.fst_root;
+        v.blocks.first_touch(root) || (v.blocks.rebuilt.get().is_none() && !v.blocks.bytes.is_resident(root))
+    }
+
+    /// A warm-up could not load this index: see `warm_up_failed`.
+    pub fn warm_up_failed(&self) {
+        self.warm_up_failed.store(true, Ordering::Relaxed);
     }
 
     /// Reads the byte at the dictionary's root (its block checked if it was not), so that its

@@ -33,7 +33,8 @@ pub struct Part {
 }
 
 /// Whether a walk would look tags up in `entry` cold: a sealed segment whose index was not
-/// loaded since the open, or whose dictionary root was never read or is not in memory.
+/// loaded since the open (and no warm-up failed to load it), or whose dictionary root was
+/// never read or is not in memory.
 pub fn is_cold(entry: &SegmentEntry) -> bool {
     match &**entry.index.load() {
         SegmentIndex::Sealed(file) => file.lookup_is_cold(),
@@ -77,7 +78,14 @@ pub fn warm_up(parts: &[Part], query: &Query, backwards: bool, planner: Planner,
 
 fn open_like_the_walk(part: &Part, query: &Query, backwards: bool, planner: Planner, wanted: u64) {
     let index = part.entry.index.load_full();
-    let Ok(view) = index.view() else { return };
+    let Ok(view) = index.view() else {
+        // Not loaded (damage whose rebuild failed too, or an I/O error): judged warm from now
+        // on, left to the walk, which meets it itself if it gets there.
+        if let SegmentIndex::Sealed(file) = &*index {
+            file.warm_up_failed();
+        }
+        return;
+    };
     let access = SegmentAccess { base: part.entry.base, log: &part.entry.log, index: view };
     let Ok(walk) = SegmentWalk::new(&access, query, part.lo, part.hi, backwards, planner, Purpose::Many) else { return };
     prefetch_few_records(&access, &walk, wanted);
