@@ -278,6 +278,13 @@ impl Store {
         crate::log::segment::prefetch_requests_on_this_thread()
     }
 
+    /// `mincore` calls the calling thread has made (residency hints, prefetch asks), for tests
+    /// that a warm read pays them per segment it opens, not per event.
+    #[doc(hidden)]
+    pub fn residency_checks_on_this_thread() -> u64 {
+        crate::log::segment::residency_checks_on_this_thread()
+    }
+
     /// Sealed segments the calling thread's reads had looked up side by side on other threads
     /// (cold tag reads across segments), for tests of when a read does that.
     #[doc(hidden)]

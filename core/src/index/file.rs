@@ -485,7 +485,7 @@ fn write_merged(parts: &[&VerifiedIndex], base: u64, log_end: u64, file: &File) 
             rels.clear();
             for value in values {
                 let postings = parts[value.index]
-                    .postings_of_value(value.value, tag)
+                    .postings_of_value(value.value, tag, false)
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
                 let first = firsts[value.index];
                 postings.for_each_up_to(parts[value.index].count as u32 - 1, |rel| rels.push(first + rel));
@@ -663,6 +663,10 @@ pub struct IndexFile {
     header_crc: u32,
     /// Set once the first-use checks have passed; never set for a body that failed them.
     verified: OnceLock<Box<VerifiedIndex>>,
+    /// A warm-up (`read::warm`) could not load it: judged warm from then on, so that reads
+    /// which never reach it do not each hand it to a thread that fails again (a damaged body
+    /// whose rebuild fails encodes the whole segment each time); the walk meets it itself.
+    warm_up_failed: AtomicBool,
 }
 
 /// How much of an index [`IndexFile::verify`] checks before it answers.
@@ -950,18 +954,36 @@ impl IndexFile {
             log_end: header.log_end,
             header_crc: header.header_crc,
             verified: OnceLock::new(),
+            warm_up_failed: AtomicBool::new(false),
         }
     }
 
-    /// Whether a tag lookup here would start cold: the body was not loaded since the open, or
+    /// Whether a tag lookup here would start cold: the body was not loaded since the open (and
+    /// no warm-up failed to load it), or
     /// its dictionary's root was never read, or its page is no longer in memory (one `mincore`:
     /// a process that read the store once and had its pages evicted since, as a service does
     /// after a quiet night, would otherwise be judged warm for good). For `read::warm`.
     pub fn lookup_is_cold(&self) -> bool {
-        self.verified.get().is_none_or(|v| {
-            let root = v.fst_at + v.fst_root;
-            v.blocks.first_touch(root) || (v.blocks.rebuilt.get().is_none() && !v.blocks.bytes.is_resident(root))
-        })
+        let Some(v) = self.verified.get() else { return !self.warm_up_failed.load(Ordering::Relaxed) };
+        let root = v.fst_at + v.fst_root;
+        v.blocks.first_touch(root) || (v.blocks.rebuilt.get().is_none() && !v.blocks.bytes.is_resident(root))
+    }
+
+    /// A warm-up could not load this index: see `warm_up_failed`.
+    pub fn warm_up_failed(&self) {
+        self.warm_up_failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Reads the byte at the dictionary's root (its block checked if it was not), so that its
+    /// page is in memory. For `read::warm`: a warm-up whose walk the planner answered without a
+    /// lookup (a type no event here has, a tag the segment's filter rules out) never reads the
+    /// root, whose page, evicted, would leave the segment judged cold for every later read.
+    pub fn touch_dictionary_root(&self) {
+        let Some(v) = self.verified.get() else { return };
+        let root = v.fst_at + v.fst_root;
+        if let Ok(bytes) = v.blocks.source(root, root + 1) {
+            std::hint::black_box(bytes[root]);
+        }
     }
 
     /// The lookups, after loading the file and checking its header, block table and
@@ -1329,13 +1351,17 @@ impl VerifiedIndex {
     pub fn postings(&self, tag: &str) -> Result<Option<Postings>> {
         self.tag_lookups.fetch_add(1, Ordering::Relaxed);
         let Some(value) = self.tag_value(tag.as_bytes())? else { return Ok(None) };
-        self.postings_of_value(value, tag.as_bytes()).map(Some)
+        self.postings_of_value(value, tag.as_bytes(), false).map(Some)
     }
 
     /// The postings a tag-dictionary value stands for (`tag` names it in errors). The blocks
     /// its bytes lie in are checked here, before any of them is read; the postings then read
-    /// only those bytes.
-    fn postings_of_value(&self, value: u64, tag: &[u8]) -> Result<Postings> {
+    /// only those bytes. A short list read cold has its events' offsets asked for together:
+    /// cold is its first touch, or, with `judge_residency`, its page not in memory (one
+    /// `mincore`: only the planner's count of a walk wanting two events or more asks; merges,
+    /// inventories and the postings that follow a count would pay it per tag, and a
+    /// subscription taking one event at a time per event).
+    fn postings_of_value(&self, value: u64, tag: &[u8], judge_residency: bool) -> Result<Postings> {
         let payload = value & PAYLOAD_MASK;
         let bad = || {
             let tag = String::from_utf8_lossy(tag);
@@ -1351,7 +1377,9 @@ impl VerifiedIndex {
                 let end = (start + SHORT_LIST_MAX_BYTES).min(blob_end);
                 // Cold: never read, or read once and evicted since (a service's pages after a
                 // quiet night; the scale benchmark's rare read after its hot one).
-                let cold = self.blocks.first_touch(start) || !self.blocks.bytes.is_resident(start);
+                // An index rebuilt from its log answers from memory: the file's pages say nothing.
+                let cold = self.blocks.first_touch(start)
+                    || (judge_residency && self.blocks.rebuilt.get().is_none() && !self.blocks.bytes.is_resident(start));
                 let bytes = &self.blocks.source(start, end)?[start..end];
                 let mut cursor = 0;
                 let n = get_varint(bytes, &mut cursor).ok_or_else(bad)? as usize;
@@ -1363,7 +1391,7 @@ impl VerifiedIndex {
                     rels.push(u32::try_from(rel).map_err(|_| bad())?);
                 }
                 if cold {
-                    self.prefetch_offsets_of(&rels);
+                    self.prefetch_offsets_of(&rels, judge_residency);
                 }
                 SortedList::Owned(rels.into())
             }
@@ -1402,12 +1430,14 @@ impl VerifiedIndex {
     /// Pages in memory already are skipped by `FileBytes::prefetch` (whether their blocks were
     /// checked says nothing of that: a walk through a hot tag checks every offsets block, and
     /// their pages may be evicted since).
-    fn prefetch_offsets_of(&self, rels: &[u32]) {
+    /// Without `judge_residency` (first touch only, no system call to judge by), only pages
+    /// whose blocks were never read are asked for, as before residency was judged.
+    fn prefetch_offsets_of(&self, rels: &[u32], judge_residency: bool) {
         let mut last_page = usize::MAX;
         for &rel in rels {
             let at = self.offsets_at + 8 * rel as usize;
             let page = at / INDEX_BLOCK_LEN;
-            if page != last_page {
+            if page != last_page && (judge_residency || self.blocks.first_touch(at)) {
                 self.blocks.bytes.prefetch(at, 8);
             }
             last_page = page;
@@ -1442,7 +1472,7 @@ impl VerifiedIndex {
         let dictionary = self.dictionary()?;
         let mut stream = dictionary.stream();
         while let Some((tag, value)) = stream.next() {
-            visit(tag, self.postings_of_value(value, tag)?);
+            visit(tag, self.postings_of_value(value, tag, false)?);
         }
         Ok(())
     }
@@ -1457,7 +1487,7 @@ impl VerifiedIndex {
             if !tag.starts_with(prefix.as_bytes()) {
                 break;
             }
-            visit(tag, self.postings_of_value(value, tag)?);
+            visit(tag, self.postings_of_value(value, tag, false)?);
         }
         Ok(())
     }
@@ -1480,13 +1510,17 @@ impl VerifiedIndex {
 
     /// How many events carry `tag`, without decoding its list. Damaged postings are
     /// `Corruption`, never a count of 0 (which the planner would take for "no match here").
-    pub fn tag_count(&self, tag: &str) -> Result<u32> {
+    /// The planner counts every tag of an item before it takes their postings, so a short
+    /// list's coldness is judged here, once per lookup: with `judge_residency` (a walk wanting
+    /// two events or more) by whether its page is in memory, else only by first touch (see
+    /// `postings_of_value`).
+    pub fn tag_count(&self, tag: &str, judge_residency: bool) -> Result<u32> {
         self.tag_lookups.fetch_add(1, Ordering::Relaxed);
         let Some(value) = self.tag_value(tag.as_bytes())? else { return Ok(0) };
         match value >> 62 {
             TIER_SINGLE => Ok(1),
             // A short list is small: decoding it costs what reading its count does.
-            TIER_SHORT => Ok(self.postings_of_value(value, tag.as_bytes())?.count() as u32),
+            TIER_SHORT => Ok(self.postings_of_value(value, tag.as_bytes(), judge_residency)?.count() as u32),
             // A long list or a bitmap starts with its count: only that block is read and
             // checked (the planner counts every tag of an item to pick the rarest; checking a
             // hot tag's whole list for that cost I/O in proportion to the list).

@@ -102,10 +102,11 @@ impl IndexView<'_> {
         }
     }
 
-    pub fn tag_count(&self, tag: &str) -> Result<u32> {
+    /// `judge_residency`: see `VerifiedIndex::tag_count`.
+    pub fn tag_count(&self, tag: &str, judge_residency: bool) -> Result<u32> {
         match self {
             IndexView::Tail(tail) => Ok(tail.tag_count(tag)),
-            IndexView::Sealed(file) => file.tag_count(tag),
+            IndexView::Sealed(file) => file.tag_count(tag, judge_residency),
         }
     }
 

@@ -99,6 +99,22 @@ struct ItemWalk {
     peeked: Option<u32>,
 }
 
+/// What a segment's walk is for, as far as its planning may spend on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// A condition check (its first match): builds a sealed segment's tag filter on first use
+    /// (reads use one only once it is built).
+    Condition,
+    /// A walk that yields at most one more event (a `limit: 1` read's, a subscription's batch
+    /// of one): it reads one event's offset, so a short list's lookup does not ask the page
+    /// cache whether to fetch its events' offsets together (a subscription taking one event at
+    /// a time plans anew for each: that was a `mincore` an event).
+    One,
+    /// A walk that wants two events or more: a short list whose page is not in memory has its
+    /// events' offsets asked for together (one `mincore` per lookup).
+    Many,
+}
+
 /// Matching relative positions of one segment inside `lo..=hi`.
 pub(crate) struct SegmentWalk {
     items: Vec<ItemWalk>,
@@ -116,7 +132,7 @@ impl SegmentWalk {
         hi: u32,
         backwards: bool,
         planner: Planner,
-        build_filters: bool,
+        purpose: Purpose,
     ) -> Result<SegmentWalk> {
         let start = if backwards { hi } else { lo };
         let plans = match query {
@@ -124,7 +140,7 @@ impl SegmentWalk {
             Query::Items(items) => {
                 let mut plans = Vec::with_capacity(items.len());
                 for item in items {
-                    plans.push(plan_item(segment, item, lo, hi, planner, build_filters)?);
+                    plans.push(plan_item(segment, item, lo, hi, planner, purpose)?);
                 }
                 plans
             }
@@ -269,16 +285,16 @@ fn accepts(plan: &ItemPlan, segment: &SegmentAccess<'_>, rel: u32) -> Result<boo
     })
 }
 
-/// `build_filters`: a condition check, which builds a sealed segment's tag filter on first use
-/// (reads use one only once it is built).
+/// `purpose`: see [`Purpose`].
 fn plan_item(
     segment: &SegmentAccess<'_>,
     item: &QueryItem,
     lo: u32,
     hi: u32,
     planner: Planner,
-    build_filters: bool,
+    purpose: Purpose,
 ) -> Result<ItemPlan> {
+    let build_filters = purpose == Purpose::Condition;
     if planner == Planner::ForceScan {
         return Ok(ItemPlan::Scan(item.clone()));
     }
@@ -298,7 +314,7 @@ fn plan_item(
     }
     let mut counted = Vec::with_capacity(item.tags.len());
     for tag in &item.tags {
-        counted.push((index.tag_count(tag)?, tag));
+        counted.push((index.tag_count(tag, purpose == Purpose::Many)?, tag));
     }
     counted.sort();
     let shortest = counted[0].0;

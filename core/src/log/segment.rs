@@ -123,7 +123,19 @@ pub fn prefetch_requests_on_this_thread() -> u64 {
     PREFETCH_REQUESTS.with(|n| n.get())
 }
 
+thread_local! {
+    /// `mincore` calls this thread made (residency hints and prefetch asks), for tests that a
+    /// warm walk pays them per segment it opens, never per event.
+    static RESIDENCY_CHECKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// See `RESIDENCY_CHECKS`.
+pub fn residency_checks_on_this_thread() -> u64 {
+    RESIDENCY_CHECKS.with(|n| n.get())
+}
+
 fn is_resident(map: &Mmap, offset: usize) -> bool {
+    RESIDENCY_CHECKS.with(|n| n.set(n.get() + 1));
     const PAGE: usize = 4096;
     let page_start = offset / PAGE * PAGE;
     let mut resident = 0u8;

@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{Error, Result};
 use crate::event::{EventView, SequencedEvent};
-use crate::index::plan::{SegmentAccess, SegmentWalk};
+use crate::index::plan::{Purpose, SegmentAccess, SegmentWalk};
 use crate::index::{Planner, SegmentIndex};
 use crate::index::file::IndexFile;
 use crate::log::segment::{FileBytes, SegmentLog};
@@ -397,6 +397,13 @@ impl Walk {
         }
     }
 
+    /// A walk whose caller takes at most `wanted` events from it (a subscription's batch of
+    /// `max`): warm-ups and the few-records prefetch plan for that many, as for a read's limit.
+    pub fn wanting(mut self, wanted: u64) -> Walk {
+        self.wanted = wanted;
+        self
+    }
+
     /// The segment after `i` in walk order that holds some of the window, if any.
     fn segment_after(&self, i: usize) -> Option<usize> {
         if self.backwards {
@@ -480,7 +487,11 @@ impl Walk {
                     (last - entry.base) as u32,
                     self.backwards,
                     self.snapshot.planner,
-                    self.build_filters,
+                    match (self.build_filters, self.wanted) {
+                        (true, _) => Purpose::Condition,
+                        (false, 0 | 1) => Purpose::One,
+                        (false, _) => Purpose::Many,
+                    },
                 )?;
                 self.prefetched = None;
                 self.index_prefetched = Ahead::Nothing;

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use super::{prefetch_few_records, SegmentEntry};
-use crate::index::plan::{SegmentAccess, SegmentWalk};
+use crate::index::plan::{Purpose, SegmentAccess, SegmentWalk};
 use crate::index::{Planner, SegmentIndex};
 use crate::query::Query;
 
@@ -33,7 +33,8 @@ pub struct Part {
 }
 
 /// Whether a walk would look tags up in `entry` cold: a sealed segment whose index was not
-/// loaded since the open, or whose dictionary root was never read or is not in memory.
+/// loaded since the open (and no warm-up failed to load it), or whose dictionary root was
+/// never read or is not in memory.
 pub fn is_cold(entry: &SegmentEntry) -> bool {
     match &**entry.index.load() {
         SegmentIndex::Sealed(file) => file.lookup_is_cold(),
@@ -77,10 +78,23 @@ pub fn warm_up(parts: &[Part], query: &Query, backwards: bool, planner: Planner,
 
 fn open_like_the_walk(part: &Part, query: &Query, backwards: bool, planner: Planner, wanted: u64) {
     let index = part.entry.index.load_full();
-    let Ok(view) = index.view() else { return };
+    let Ok(view) = index.view() else {
+        // Not loaded (damage whose rebuild failed too, or an I/O error): judged warm from now
+        // on, left to the walk, which meets it itself if it gets there.
+        if let SegmentIndex::Sealed(file) = &*index {
+            file.warm_up_failed();
+        }
+        return;
+    };
     let access = SegmentAccess { base: part.entry.base, log: &part.entry.log, index: view };
-    let Ok(walk) = SegmentWalk::new(&access, query, part.lo, part.hi, backwards, planner, false) else { return };
+    let Ok(walk) = SegmentWalk::new(&access, query, part.lo, part.hi, backwards, planner, Purpose::Many) else { return };
     prefetch_few_records(&access, &walk, wanted);
+    // Coldness is judged by the dictionary root's page (`is_cold`): a walk answered without a
+    // lookup (an absent type, a tag the filter rules out) leaves it out of memory after an
+    // eviction, and every later read would warm this segment again, on threads, for nothing.
+    if let SegmentIndex::Sealed(file) = &*index {
+        file.touch_dictionary_root();
+    }
 }
 
 thread_local! {

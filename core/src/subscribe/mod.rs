@@ -355,7 +355,10 @@ impl Subscription {
             Source::Embedded => {
                 let snapshot = self.published.snapshot();
                 let head = snapshot.head;
-                (ScanWalk::Embedded(Walk::new(snapshot, self.query.clone(), scanned + 1, head, false)), head)
+                // The pass takes at most `max` events: a batch of one warms nothing ahead, as a
+                // `limit: 1` read (`read::warm`).
+                let walk = Walk::new(snapshot, self.query.clone(), scanned + 1, head, false).wanting(max as u64);
+                (ScanWalk::Embedded(walk), head)
             }
             // The head this handle knows of (its own commits, and others' through the
             // listener): committed, so everything up to it is there to read.
