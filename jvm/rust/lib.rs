@@ -253,16 +253,28 @@ unsafe fn request_bytes<'a>(address: u64, len: u64) -> FfiResult<&'a [u8]> {
 // profile), and the RustBuffer costs a JNA structure and a native call to free. A batch longer
 // than the capacity stays here (`Outbox`) and its length is answered: the Kotlin layer calls
 // again with memory that long and gets that batch (nothing further is read meanwhile). The
-// builder's buffers and string index are kept and reused from batch to batch.
+// builder's buffers are kept and reused from batch to batch.
+//
+// Types and tags cross as ids into a string table that lives as long as the read or
+// subscription (`StringTable`, kept in its builder): a batch carries only the strings new to
+// that table, and the Kotlin layer keeps the same table (id -> String), so each distinct type
+// or tag is decoded into a String once per read, not once per batch. The two copies stay in
+// step through a token the Kotlin layer passes with every call: the epoch and length of the
+// table it holds. The engine packs against its own table only if that is the caller's one (same
+// epoch, same length); otherwise (a batch the caller never decoded, a builder lost to an
+// error, a table past its bound) it starts a new table under a new epoch, and the batch says so
+// (base 0), so the caller drops what it holds. Epochs come from a process-wide counter, so an
+// (epoch, length) names one table's contents.
 //
 // Layout (little-endian), decoded by `Packing.kt`:
 //
-//   u32 count; u32 strings_at (offset of the string table)
+//   u32 count; u32 strings_at (offset of the new strings); u64 epoch; u32 base
 //   per event: u64 position, u64 recorded_at, u32 type, u32 tag_count, u32 tag..., u32 data_len,
 //              data bytes
-//   string table at strings_at: u32 string_count; per string: u32 byte_len, UTF-8 bytes
+//   new strings at strings_at: u32 string_count; per string: u32 byte_len, UTF-8 bytes; their
+//   ids are base, base + 1, ...; base 0 means a new table (the caller drops its old one)
 //
-// Types and tags are indices into the string table, which holds each distinct one once.
+// Types and tags are ids in the table (ids below base were sent by earlier batches).
 
 /// A batch's way out: the builder kept for reuse, and a batch too long for the caller's memory.
 #[derive(Default)]
@@ -288,9 +300,16 @@ impl Outbox {
         Some(len)
     }
 
-    fn builder(&mut self) -> BatchBuilder {
+    /// The length of the string table of the builder kept (0 if none is).
+    fn strings_held(&self) -> u32 {
+        self.pending.as_ref().or(self.spare.as_ref()).map_or(0, |b| b.table.len())
+    }
+
+    /// A builder for the next batch, packing against the caller's string table (`epoch`,
+    /// `len`: the token the Kotlin layer passed).
+    fn builder(&mut self, epoch: u64, len: u32) -> BatchBuilder {
         let mut batch = self.spare.take().unwrap_or_default();
-        batch.reset();
+        batch.reset(epoch, len);
         batch
     }
 
@@ -327,26 +346,64 @@ unsafe fn copy_out(bytes: &[u8], dest: u64) {
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dest as *mut u8, bytes.len()) };
 }
 
+/// The strings a read or subscription has sent across, by id: what the Kotlin layer's table
+/// (`StringTable` in `Packing.kt`) holds too, when the two are in step.
+struct StringTable {
+    ids: std::collections::HashMap<String, u32, std::hash::BuildHasherDefault<FxHasher>>,
+    /// UTF-8 bytes of the strings held.
+    bytes: usize,
+    /// Unique in the process (`NEXT_TABLE_EPOCH`), never 0 (the Kotlin layer's empty table).
+    epoch: u64,
+}
+
+static NEXT_TABLE_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+impl Default for StringTable {
+    fn default() -> Self {
+        StringTable {
+            ids: Default::default(),
+            bytes: 0,
+            epoch: NEXT_TABLE_EPOCH.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+/// A read's string table starts again (before a batch) once it holds more strings than this
+/// (a read over millions of distinct tags keeps no more; the types and tags that recur are
+/// sent again once, at the restart)...
+const TABLE_MAX_STRINGS: usize = 1 << 16;
+/// ...or more UTF-8 bytes than this (long tags).
+const TABLE_MAX_BYTES: usize = 4 << 20;
+
+impl StringTable {
+    fn len(&self) -> u32 {
+        self.ids.len() as u32
+    }
+
+    /// Empty, under a new epoch (the map's capacity kept).
+    fn restart(&mut self) {
+        self.ids.clear();
+        self.bytes = 0;
+        self.epoch = NEXT_TABLE_EPOCH.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 #[derive(Default)]
 struct BatchBuilder {
     count: u32,
     body: Vec<u8>,
+    /// This batch's new strings, in id order from `base`.
     strings: Vec<u8>,
-    string_count: u32,
-    /// Each string seen, with the batch (`generation`) it was last added to the string table of
-    /// and its index there: kept across batches, so a type or tag met again in a later batch is
-    /// not allocated again (a `String` per distinct tag per batch was most of the builder's
-    /// malloc time in the profile). Cleared when it grows past `INTERN_KEPT`.
-    index: std::collections::HashMap<String, (u64, u32), std::hash::BuildHasherDefault<FxHasher>>,
-    generation: u64,
+    base: u32,
+    /// The read's (or subscription's) string table: kept with the builder from batch to batch.
+    /// A string new to it is allocated once (a `String` per distinct tag per batch was most of
+    /// the builder's malloc time in the profile) and sent once.
+    table: StringTable,
 }
-
-/// Strings the builder's index keeps across batches at most.
-const INTERN_KEPT: usize = 1 << 16;
 
 /// The multiply-rotate hash of rustc's `FxHasher`: the string table is looked up once per type
 /// and tag of every event, where SipHash's cost showed; nothing here faces untrusted keys that
-/// could flood it (the keys are the store's own types and tags, one batch's worth).
+/// could flood it (the keys are the store's own types and tags).
 #[derive(Default)]
 struct FxHasher(u64);
 
@@ -365,34 +422,35 @@ impl std::hash::Hasher for FxHasher {
 }
 
 impl BatchBuilder {
-    /// Empty, keeping its buffers' and index's capacity (the header's 8 bytes reserved).
-    fn reset(&mut self) {
+    /// Empty, keeping its buffers' capacity (the header's 20 bytes reserved), to pack against
+    /// the caller's table (`epoch`, `len`): the builder's own table if that is the caller's and
+    /// within its bound, else a new one.
+    fn reset(&mut self, epoch: u64, len: u32) {
         self.count = 0;
         self.body.clear();
-        self.body.extend_from_slice(&[0; 8]);
+        self.body.extend_from_slice(&[0; 20]);
         self.strings.clear();
-        self.string_count = 0;
-        // A new string table: every entry of the index is from an older batch now.
-        self.generation += 1;
-        if self.index.len() > INTERN_KEPT {
-            self.index.clear();
+        let table = &mut self.table;
+        if table.epoch != epoch
+            || table.len() != len
+            || table.ids.len() > TABLE_MAX_STRINGS
+            || table.bytes > TABLE_MAX_BYTES
+        {
+            table.restart();
         }
+        self.base = table.len();
     }
 
     fn intern(&mut self, text: &str) -> u32 {
-        let generation = self.generation;
-        let i = self.string_count;
-        match self.index.get_mut(text) {
-            Some(&mut (g, known)) if g == generation => return known,
-            Some(entry) => *entry = (generation, i),
-            None => {
-                self.index.insert(text.to_owned(), (generation, i));
-            }
+        if let Some(&id) = self.table.ids.get(text) {
+            return id;
         }
-        self.string_count += 1;
+        let id = self.table.len();
+        self.table.ids.insert(text.to_owned(), id);
+        self.table.bytes += text.len();
         self.strings.extend_from_slice(&(text.len() as u32).to_le_bytes());
         self.strings.extend_from_slice(text.as_bytes());
-        i
+        id
     }
 
     fn push(&mut self, view: &core::EventView<'_>) {
@@ -422,12 +480,14 @@ impl BatchBuilder {
         self.body.extend_from_slice(data);
     }
 
-    /// Writes the header and appends the string table: `body` is then the whole batch.
+    /// Writes the header and appends the new strings: `body` is then the whole batch.
     fn finish(&mut self) {
         let strings_at = self.body.len() as u32;
         self.body[0..4].copy_from_slice(&self.count.to_le_bytes());
         self.body[4..8].copy_from_slice(&strings_at.to_le_bytes());
-        self.body.extend_from_slice(&self.string_count.to_le_bytes());
+        self.body[8..16].copy_from_slice(&self.table.epoch.to_le_bytes());
+        self.body[16..20].copy_from_slice(&self.base.to_le_bytes());
+        self.body.extend_from_slice(&(self.table.len() - self.base).to_le_bytes());
         self.body.extend_from_slice(&self.strings);
     }
 }
@@ -733,24 +793,31 @@ impl FfiReadResult {
     }
 
     /// Up to `max` further events, packed into the `capacity` bytes at `dest` (see "Events
-    /// out"); answers the batch's length, and a length over `capacity` means nothing was copied:
-    /// call again with that much. A batch of 0 events means the read is exhausted.
+    /// out") against the caller's string table (`table_epoch`, `table_len`: what the batches it
+    /// decoded left it holding; 0 and 0 at first); answers the batch's length, and a length over
+    /// `capacity` means nothing was copied: call again with that much. A batch of 0 events
+    /// means the read is exhausted.
     ///
     /// # Safety (of the caller)
     /// `dest` points to `capacity` writable bytes nothing else touches during the call.
-    pub fn next_batch_into(&self, max: u32, dest: u64, capacity: u64) -> FfiResult<u64> {
+    pub fn next_batch_into(&self, max: u32, table_epoch: u64, table_len: u32, dest: u64, capacity: u64) -> FfiResult<u64> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (result, outbox) = &mut *inner;
         // SAFETY (here and below): the Kotlin layer's contract, above.
         if let Some(len) = unsafe { outbox.take_pending(dest, capacity) } {
             return Ok(len);
         }
-        let mut batch = outbox.builder();
+        let mut batch = outbox.builder(table_epoch, table_len);
         if let Err(e) = result.visit(max as usize, |view| batch.push(view)) {
             outbox.spare = Some(batch);
             return Err(e.into());
         }
         Ok(unsafe { outbox.deliver(batch, dest, capacity) })
+    }
+
+    /// How many strings the read's string table holds now (for tests of its bound).
+    pub fn strings_held(&self) -> u32 {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).1.strings_held()
     }
 }
 
@@ -794,11 +861,20 @@ impl FfiSubscription {
     /// Packed events into the `capacity` bytes at `dest`, as `FfiReadResult::next_batch_into`
     /// (a length over `capacity`: call again with that much). `-1`: ended. A batch of 0 events:
     /// the timeout passed. `timeout_ms = None` waits as long as it takes (a thread blocked here;
-    /// `try_next_batch_or_arm_into` is the way without one).
+    /// `try_next_batch_or_arm_into` is the way without one). `table_epoch`, `table_len`: the
+    /// caller's string table, as for a read.
     ///
     /// # Safety (of the caller)
     /// `dest` points to `capacity` writable bytes nothing else touches during the call.
-    pub fn next_batch_into(&self, max: u32, timeout_ms: Option<u64>, dest: u64, capacity: u64) -> FfiResult<i64> {
+    pub fn next_batch_into(
+        &self,
+        max: u32,
+        timeout_ms: Option<u64>,
+        table_epoch: u64,
+        table_len: u32,
+        dest: u64,
+        capacity: u64,
+    ) -> FfiResult<i64> {
         if max == 0 {
             return Err(invalid("max is 0; a batch holds at least one event".to_string()));
         }
@@ -813,7 +889,7 @@ impl FfiSubscription {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         // Packed straight from the log (no owned copy of each event), waiting between passes on
         // the core's wake-up, the same one `try_next_batch_or_arm_into` uses.
-        let mut batch = self.outbox().builder();
+        let mut batch = self.outbox().builder(table_epoch, table_len);
         loop {
             let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(ENDED) };
             let now = std::time::Instant::now();
@@ -836,18 +912,31 @@ impl FfiSubscription {
     /// ended. A batch of 0 events: nothing yet, and the subscription is armed: a record with
     /// `token` reaches the port (from the core's completion thread) as soon as there may be
     /// something, or it ends. The same safety contract as `next_batch_into`.
-    pub fn try_next_batch_or_arm_into(&self, max: u32, token: u64, dest: u64, capacity: u64) -> FfiResult<i64> {
+    pub fn try_next_batch_or_arm_into(
+        &self,
+        max: u32,
+        token: u64,
+        table_epoch: u64,
+        table_len: u32,
+        dest: u64,
+        capacity: u64,
+    ) -> FfiResult<i64> {
         // SAFETY (here and below): the Kotlin layer's contract.
         if let Some(len) = unsafe { self.pending(dest, capacity) } {
             return Ok(len);
         }
-        let mut batch = self.outbox().builder();
+        let mut batch = self.outbox().builder(table_epoch, table_len);
         let Some(seen) = self.inner.try_visit(max as usize, |view| batch.push(view))? else { return Ok(ENDED) };
         if seen == 0 {
             let port = self.port.clone();
             self.inner.on_ready(move || port.push(SUBSCRIPTION_READY, token, 0, 0, None));
         }
         Ok(unsafe { self.deliver(batch, dest, capacity) })
+    }
+
+    /// How many strings the subscription's string table holds now (for tests of its bound).
+    pub fn strings_held(&self) -> u32 {
+        self.outbox().strings_held()
     }
 
     pub fn caught_up(&self) -> bool {

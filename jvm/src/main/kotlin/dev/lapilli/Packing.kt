@@ -164,21 +164,71 @@ private class BatchBuffers(size: Long) {
 private val batchBuffers = ThreadLocal.withInitial { BatchBuffers(64L shl 10) }
 
 /**
- * Fetches and decodes one batch: [call] packs it into the memory at `address` (`capacity`
- * bytes) and answers its length, or a length over `capacity` (nothing copied: the engine keeps
- * the batch for a call with that much), or -1 for the end of a subscription (then `null`).
+ * A read's or subscription's copy of the engine's string table ("Events out" in
+ * `jvm/rust/lib.rs`): the types and tags its batches have sent, by id, each decoded into a
+ * `String` once. [epoch] and [size] are the token passed with every batch call, so the engine
+ * packs against this table or, if it is not the engine's (a batch never decoded here), starts a
+ * new one. The engine bounds it (a new table past 65,536 strings or 4 MiB of UTF-8) and says
+ * so in the batch (base 0): this copy then drops what it holds.
+ *
+ * Fetching and decoding are one step under this table's lock (see [fetchBatch]): the batches
+ * must be decoded in the order they were packed.
  */
-internal fun fetchBatch(call: (address: Long, capacity: Long) -> Long): List<SequencedEvent>? {
+internal class StringTable {
+    var epoch = 0L
+        private set
+    var size = 0
+        private set
+    private var strings = arrayOfNulls<String>(64)
+
+    /** The string of [id], which must be one this table holds. */
+    operator fun get(id: Int): String {
+        if (id < 0 || id >= size) throw LapilliException.Io("a batch names string $id; the read's table holds $size")
+        return strings[id]!!
+    }
+
+    /** Applies a batch's table header: a new table (base 0), or more strings after ours. */
+    fun begin(batchEpoch: Long, base: Int) {
+        if (base == 0) {
+            strings.fill(null, 0, size)
+            size = 0
+            epoch = batchEpoch
+        } else if (batchEpoch != epoch || base != size) {
+            throw LapilliException.Io("a batch continues string table $batchEpoch at $base; the read holds table $epoch up to $size")
+        }
+    }
+
+    fun add(s: String) {
+        if (size == strings.size) strings = strings.copyOf(size * 2)
+        strings[size++] = s
+    }
+}
+
+/**
+ * Fetches and decodes one batch: [call] packs it against [table] (its epoch and size passed on)
+ * into the memory at `address` (`capacity` bytes) and answers its length, or a length over
+ * `capacity` (nothing copied: the engine keeps the batch for a call with that much), or -1 for
+ * the end of a subscription (then `null`). Under [table]'s lock: one fetch at a time per table.
+ */
+internal fun fetchBatch(
+    table: StringTable,
+    call: (tableEpoch: Long, tableSize: Int, address: Long, capacity: Long) -> Long,
+): List<SequencedEvent>? = synchronized(table) { fetchLocked(table, call) }
+
+private inline fun fetchLocked(
+    table: StringTable,
+    call: (tableEpoch: Long, tableSize: Int, address: Long, capacity: Long) -> Long,
+): List<SequencedEvent>? {
     val kept = batchBuffers.get()
     var buffers = kept
     try {
         while (true) {
             val capacity = buffers.heap.size.toLong()
-            val len = call(buffers.address, capacity)
+            val len = call(table.epoch, table.size, buffers.address, capacity)
             if (len < 0) return null
             if (len <= capacity) {
                 buffers.memory.read(0, buffers.heap, 0, len.toInt())
-                return unpackBatch(buffers.heap)
+                return unpackBatch(buffers.heap, table)
             }
             if (len > Int.MAX_VALUE - 8) throw LapilliException.Io("a batch of $len bytes does not fit a JVM array; read with a smaller batch")
             if (buffers !== kept) buffers.memory.close()
@@ -189,30 +239,33 @@ internal fun fetchBatch(call: (address: Long, capacity: Long) -> Long): List<Seq
     }
 }
 
-/** Decodes one packed batch (`BatchBuilder` in `jvm/rust/lib.rs`) at the start of [bytes]. */
-internal fun unpackBatch(bytes: ByteArray): List<SequencedEvent> {
+/**
+ * Decodes one packed batch (`BatchBuilder` in `jvm/rust/lib.rs`) at the start of [bytes]: its
+ * new strings into [table] first, then its events, whose types and tags are ids in [table].
+ */
+internal fun unpackBatch(bytes: ByteArray, table: StringTable): List<SequencedEvent> {
     val b = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN)
     val count = b.getInt(0)
-    if (count == 0) return emptyList()
     val stringsAt = b.getInt(4)
+    table.begin(b.getLong(8), b.getInt(16))
     b.position(stringsAt)
-    val strings = Array(b.getInt()) {
+    repeat(b.getInt()) {
         val len = b.getInt()
-        val s = String(bytes, b.position(), len, Charsets.UTF_8)
+        table.add(String(bytes, b.position(), len, Charsets.UTF_8))
         b.position(b.position() + len)
-        s
     }
-    b.position(8)
+    if (count == 0) return emptyList()
+    b.position(20)
     val out = ArrayList<SequencedEvent>(count)
     repeat(count) {
         val position = b.getLong()
         val micros = b.getLong()
-        val type = strings[b.getInt()]
+        val type = table[b.getInt()]
         val tagCount = b.getInt()
         val tags = when (tagCount) {
             0 -> emptyList()
-            1 -> listOf(strings[b.getInt()])
-            else -> List(tagCount) { strings[b.getInt()] }
+            1 -> listOf(table[b.getInt()])
+            else -> List(tagCount) { table[b.getInt()] }
         }
         val len = b.getInt()
         val at = b.position()

@@ -21,6 +21,18 @@ class ReadResult internal constructor(
 
     @Volatile private var iterated = false
 
+    /**
+     * The read's string table (see [StringTable]); dropped, and so freed, when the read is closed.
+     * Internal, not private: a test puts a table that is not the engine's here.
+     */
+    @Volatile internal var strings: StringTable? = StringTable()
+
+    /** How many strings this read's table holds here, null once it is closed (for tests). */
+    internal val stringsHeld: Int? get() = strings?.size
+
+    /** How many strings the engine's table for this read holds (for tests). */
+    internal fun nativeStringsHeld(): Int = ffiCall("read", handle) { ffi.stringsHeld() }.toInt()
+
     override fun iterator(): Iterator<SequencedEvent> {
         synchronized(this) {
             check(!iterated) { "a ReadResult can be iterated only once; read again for another pass" }
@@ -38,9 +50,12 @@ class ReadResult internal constructor(
             if (index < batch.size) return true
             if (done) return false
             // One packed buffer per batch, copied by the engine into this thread's native
-            // memory and decoded here.
-            batch = fetchBatch { address, capacity ->
-                ffiCall("read", handle) { ffi.nextBatchInto(batchSize.toUInt(), address.toULong(), capacity.toULong()) }.toLong()
+            // memory and decoded here against the read's string table.
+            val table = strings ?: throw LapilliException.Closed("the read is closed")
+            batch = fetchBatch(table) { epoch, size, address, capacity ->
+                ffiCall("read", handle) {
+                    ffi.nextBatchInto(batchSize.toUInt(), epoch.toULong(), size.toUInt(), address.toULong(), capacity.toULong())
+                }.toLong()
             }!!
             index = 0
             if (batch.isEmpty()) {
@@ -61,6 +76,7 @@ class ReadResult internal constructor(
     fun asIterable(): Iterable<SequencedEvent> = Iterable { iterator() }
 
     override fun close() {
+        strings = null
         if (handle.release()) ffi.close()
     }
 }

@@ -23,6 +23,19 @@ class Subscription internal constructor(
     private val handle = Released()
 
     /**
+     * The subscription's string table (see [StringTable]); dropped, and so freed, on [close].
+     * Its lock makes concurrent consumers take batches one after another. Internal, not
+     * private: a test puts a table that is not the engine's here.
+     */
+    @Volatile internal var strings: StringTable? = StringTable()
+
+    /** How many strings this subscription's table holds here, null once it is closed (for tests). */
+    internal val stringsHeld: Int? get() = strings?.size
+
+    /** How many strings the engine's table for this subscription holds (for tests). */
+    internal fun nativeStringsHeld(): Int = ffiCall("subscription", handle) { ffi.stringsHeld() }.toInt()
+
+    /**
      * Up to [max] events, blocking the calling thread until there is at least one.
      * `null`: the subscription has ended (closed, or its store closed).
      */
@@ -52,9 +65,12 @@ class Subscription internal constructor(
     private fun nextBatchMillis(max: Int, ms: Long?): List<SequencedEvent>? {
         checkMax(max)
         if (handle.released) return null
+        val table = strings ?: return null
         return try {
-            fetchBatch { address, capacity ->
-                ffiCall("subscription", handle) { ffi.nextBatchInto(max.toUInt(), ms?.toULong(), address.toULong(), capacity.toULong()) }
+            fetchBatch(table) { epoch, size, address, capacity ->
+                ffiCall("subscription", handle) {
+                    ffi.nextBatchInto(max.toUInt(), ms?.toULong(), epoch.toULong(), size.toUInt(), address.toULong(), capacity.toULong())
+                }
             }
         } catch (e: LapilliException.Closed) {
             null // released by close() while we were calling
@@ -117,9 +133,12 @@ class Subscription internal constructor(
     /** What is there now (a list, or `null`: ended), or [Armed]: a port record will say when to try again. */
     private fun tryOrArm(max: Int, token: Long): Any? {
         if (handle.released) return null
+        val table = strings ?: return null
         val batch = try {
-            fetchBatch { address, capacity ->
-                ffiCall("subscription", handle) { ffi.tryNextBatchOrArmInto(max.toUInt(), token.toULong(), address.toULong(), capacity.toULong()) }
+            fetchBatch(table) { epoch, size, address, capacity ->
+                ffiCall("subscription", handle) {
+                    ffi.tryNextBatchOrArmInto(max.toUInt(), token.toULong(), epoch.toULong(), size.toUInt(), address.toULong(), capacity.toULong())
+                }
             }
         } catch (e: LapilliException.Closed) {
             return null
@@ -160,6 +179,7 @@ class Subscription internal constructor(
     /** Ends the subscription (a waiting consumer wakes with `null`) and releases the handle. Idempotent. */
     override fun close() {
         lastPosition = guarded { ffi.position().toLong() } ?: lastPosition
+        strings = null
         if (!handle.release()) return
         try {
             ffiCall("subscription", null) { ffi.closeSubscription() }
