@@ -10,6 +10,7 @@
 //! and which index blocks are checked. Measurements, and what was rejected: ARCHITECTURE.md,
 //! "Cold lookups of many segments run side by side".
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{prefetch_few_records, SegmentEntry};
@@ -24,6 +25,41 @@ pub const FIRST_SEGMENTS: usize = 4;
 pub const MOST_SEGMENTS: usize = 32;
 /// Threads of one warm-up: each takes a share of its segments, one after another.
 const THREADS: usize = 16;
+/// Warm-up threads running at once in the process, all stores and reads together: a service's
+/// first requests after a restart may all start cold at once, and 16 threads each would be
+/// thousands. Past it, a warm-up runs on what is left, or not at all (the walk then opens its
+/// segments itself, one after another, as without warm-ups).
+const MOST_THREADS: usize = 64;
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Up to `wanted` of the `MOST_THREADS` counted by `running` (the process's `RUNNING`; a test's
+/// own), released when dropped.
+struct Threads<'a> {
+    running: &'a AtomicUsize,
+    granted: usize,
+}
+
+impl<'a> Threads<'a> {
+    fn reserve(running: &'a AtomicUsize, wanted: usize) -> Threads<'a> {
+        let mut now = running.load(Ordering::Relaxed);
+        loop {
+            let granted = wanted.min(MOST_THREADS.saturating_sub(now));
+            if granted == 0 {
+                return Threads { running, granted: 0 };
+            }
+            match running.compare_exchange_weak(now, now + granted, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Threads { running, granted },
+                Err(seen) => now = seen,
+            }
+        }
+    }
+}
+
+impl Drop for Threads<'_> {
+    fn drop(&mut self) {
+        self.running.fetch_sub(self.granted, Ordering::Relaxed);
+    }
+}
 
 /// One segment to warm: its entry, and the walk's window inside it (relative positions).
 pub struct Part {
@@ -51,11 +87,15 @@ pub fn looks_tags_up(query: &Query) -> bool {
 }
 
 /// Runs the walk's opening of each part (lookups, few-records prefetch) on up to `THREADS`
-/// threads, and returns when all are done. A thread that cannot be started leaves its share
-/// to the walk.
+/// threads (fewer when the process runs `MOST_THREADS` already), and returns when all are
+/// done. A thread that cannot be started leaves its share to the walk.
 pub fn warm_up(parts: &[Part], query: &Query, backwards: bool, planner: Planner, wanted: u64) {
+    let reserved = Threads::reserve(&RUNNING, THREADS.min(parts.len()));
+    let threads = reserved.granted;
+    if threads == 0 {
+        return;
+    }
     WARMED_SEGMENTS.with(|n| n.set(n.get() + parts.len() as u64));
-    let threads = THREADS.min(parts.len());
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .filter_map(|t| {
@@ -105,4 +145,25 @@ thread_local! {
 /// See `WARMED_SEGMENTS`.
 pub fn warmed_segments_on_this_thread() -> u64 {
     WARMED_SEGMENTS.with(|n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bound holds however many warm-ups ask at once, and what one releases the next gets.
+    #[test]
+    fn warm_ups_share_at_most_most_threads() {
+        let running = AtomicUsize::new(0);
+        let mut held: Vec<Threads> = (0..MOST_THREADS / THREADS).map(|_| Threads::reserve(&running, THREADS)).collect();
+        assert!(held.iter().all(|t| t.granted == THREADS));
+        assert_eq!(Threads::reserve(&running, THREADS).granted, 0, "none left");
+        held.pop();
+        let partial = Threads::reserve(&running, THREADS + 5);
+        assert_eq!(partial.granted, THREADS, "what was released, not more");
+        assert_eq!(Threads::reserve(&running, 1).granted, 0);
+        drop(partial);
+        drop(held);
+        assert_eq!(running.load(Ordering::Relaxed), 0, "all released");
+    }
 }
