@@ -580,18 +580,70 @@ fn registered(id: u64) -> FfiResult<Arc<FfiStore>> {
 /// `FfiStore::append_packed` of the store `id` (`FfiStore::id`), in one crossing.
 ///
 /// # Safety (of the caller)
-/// As `FfiStore::append_packed`.
-#[uniffi::export]
-pub fn store_append_packed(store: u64, address: u64, len: u64) -> FfiResult<u64> {
+/// As `FfiStore::append_packed`. Reached from the JVM through `lapilli_jvm_append_packed`.
+fn store_append_packed(store: u64, address: u64, len: u64) -> FfiResult<u64> {
     registered(store)?.append_packed(address, len)
 }
 
 /// `FfiStore::submit_packed` of the store `id`, in one crossing; a closed store is refused here
-/// (nothing reaches the port).
-#[uniffi::export]
-pub fn store_submit_packed(store: u64, address: u64, len: u64, token: u64) -> FfiResult<()> {
+/// (nothing reaches the port). Reached from the JVM through `lapilli_jvm_submit_packed`.
+fn store_submit_packed(store: u64, address: u64, len: u64, token: u64) -> FfiResult<()> {
     registered(store)?.submit_packed(address, len, token);
     Ok(())
+}
+
+/// The calls on every append's path, exported as plain C functions for the Kotlin layer's
+/// `DirectCalls` (JNA direct mapping, primitive arguments only). A UniFFI call allocates a
+/// call-status structure on the JVM side for every crossing (JNA `Memory`, registered with
+/// JNA's cleaner and freed by its thread): with 64 appends in flight that bookkeeping was more
+/// than half the JVM's own CPU time. These answer a plain number instead: `>= 0` is the
+/// result, and a negative number is the id of an error kept in `DIRECT_ERRORS` until the
+/// caller takes it at once with `take_direct_error` (a UniFFI call: the failure path keeps the
+/// one error mapping). Ids rather than a thread-local slot, because nothing ties a JVM caller
+/// to one native thread between two calls.
+static DIRECT_ERRORS: LazyLock<Mutex<HashMap<u64, FfiError>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+static NEXT_DIRECT_ERROR: AtomicU64 = AtomicU64::new(1);
+
+fn direct_call(call: impl FnOnce() -> FfiResult<u64> + std::panic::UnwindSafe) -> i64 {
+    let error = match std::panic::catch_unwind(call) {
+        Ok(Ok(value)) => return i64::try_from(value).unwrap_or(i64::MAX),
+        Ok(Err(error)) => error,
+        // Nothing may unwind into the JVM; a panic is a bug, answered as an I/O error that says so.
+        Err(panic) => {
+            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+            FfiError::Io { detail: format!("the engine panicked: {}", what.unwrap_or_else(|| "(no message)".into())) }
+        }
+    };
+    let id = NEXT_DIRECT_ERROR.fetch_add(1, Ordering::Relaxed);
+    DIRECT_ERRORS.lock().unwrap_or_else(|p| p.into_inner()).insert(id, error);
+    -(id as i64)
+}
+
+/// `store_append_packed` as a direct call: the first position, or minus an error id.
+///
+/// # Safety (of the caller)
+/// As `FfiStore::append_packed`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lapilli_jvm_append_packed(store: u64, address: u64, len: u64) -> i64 {
+    direct_call(|| store_append_packed(store, address, len))
+}
+
+/// `store_submit_packed` as a direct call: 0, or minus an error id.
+///
+/// # Safety (of the caller)
+/// As `FfiStore::append_packed`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lapilli_jvm_submit_packed(store: u64, address: u64, len: u64, token: u64) -> i64 {
+    direct_call(|| store_submit_packed(store, address, len, token).map(|()| 0))
+}
+
+/// The error of a direct call that answered `-id` (taken: asked once).
+#[uniffi::export]
+pub fn take_direct_error(id: u64) -> FfiResult<()> {
+    match DIRECT_ERRORS.lock().unwrap_or_else(|p| p.into_inner()).remove(&id) {
+        Some(error) => Err(error),
+        None => Err(FfiError::Io { detail: format!("no error was recorded for direct call {id}") }),
+    }
 }
 
 /// `FfiStore::read` of the store `id`, in one crossing: the query and options are packed at

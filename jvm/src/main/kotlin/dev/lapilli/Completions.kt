@@ -2,7 +2,6 @@ package dev.lapilli
 
 import dev.lapilli.ffi.FfiException
 import dev.lapilli.ffi.FfiStore
-import dev.lapilli.ffi.storeSubmitPacked
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 import java.util.concurrent.CompletableFuture
@@ -38,14 +37,14 @@ internal class Completions(private val ffi: FfiStore, private val storeId: ULong
         }
     }
 
-    /** Submits [packed] (one JNA call) and answers the future its completion completes. */
+    /** Submits [packed] (one direct JNA call) and answers the future its completion completes. */
     fun submit(packed: PackedAppend): CompletableFuture<AppendResult> {
         ensureStarted()
         val token = nextToken.incrementAndGet()
         val future = CompletableFuture<AppendResult>()
         appends[token] = future
         try {
-            packed.withNative { address, len -> ffiCall("store", store) { storeSubmitPacked(storeId, address.toULong(), len.toULong(), token.toULong()) } }
+            packed.withNative { address, len -> ffiCall("store", store) { DirectCalls.submitPacked(storeId, address, len, token) } }
         } catch (e: Throwable) {
             appends.remove(token)
             future.completeExceptionally(e)

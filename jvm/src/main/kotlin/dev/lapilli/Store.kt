@@ -2,7 +2,6 @@ package dev.lapilli
 
 import dev.lapilli.ffi.FfiOptions
 import dev.lapilli.ffi.FfiStore
-import dev.lapilli.ffi.storeAppendPacked
 import dev.lapilli.ffi.storeReadPacked
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.flow
@@ -111,8 +110,8 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
     @JvmOverloads
     fun append(events: List<Event>, condition: AppendCondition? = null): AppendResult {
         val packed = PackedAppend(events, condition)
-        val first = packed.withNative { address, len -> ffiCall("store", handle) { storeAppendPacked(id, address.toULong(), len.toULong()) } }
-        return AppendResult(first.toLong(), first.toLong() + packed.count - 1)
+        val first = packed.withNative { address, len -> ffiCall("store", handle) { DirectCalls.appendPacked(id, address, len) } }
+        return AppendResult(first, first + packed.count - 1)
     }
 
     /** One event. */

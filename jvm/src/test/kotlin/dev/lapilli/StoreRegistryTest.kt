@@ -3,8 +3,6 @@ package dev.lapilli
 import dev.lapilli.ffi.FfiException
 import dev.lapilli.ffi.FfiOptions
 import dev.lapilli.ffi.FfiStore
-import dev.lapilli.ffi.storeAppendPacked
-import dev.lapilli.ffi.storeSubmitPacked
 import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 import java.util.concurrent.ConcurrentLinkedQueue
@@ -16,8 +14,8 @@ import kotlin.test.assertEquals
 import kotlin.test.assertTrue
 
 /**
- * Appends reach the native store through its id in a registry (`jvm/rust/lib.rs`, one JNA call
- * per append) rather than a UniFFI method call. These tests call the free functions directly, so
+ * Appends reach the native store through its id in a registry (`jvm/rust/lib.rs`, one direct
+ * JNA call per append, `DirectCalls`) rather than a UniFFI method call. These tests call the free functions directly, so
  * the Kotlin layer's own closed flag cannot answer for them.
  */
 class StoreRegistryTest {
@@ -28,12 +26,12 @@ class StoreRegistryTest {
 
     private fun appendRaw(id: ULong, vararg tags: String): Long =
         PackedAppend(listOf(ev("E", *tags)), null).withNative { address, len ->
-            storeAppendPacked(id, address.toULong(), len.toULong()).toLong()
+            DirectCalls.appendPacked(id, address, len)
         }
 
     private fun submitRaw(id: ULong) =
         PackedAppend(listOf(ev("E")), null).withNative { address, len ->
-            storeSubmitPacked(id, address.toULong(), len.toULong(), 1uL)
+            DirectCalls.submitPacked(id, address, len, 1L)
         }
 
     @Test
@@ -53,6 +51,26 @@ class StoreRegistryTest {
         val mapped = runCatching { ffiCall("store", null) { appendRaw(id) } }.exceptionOrNull()
         assertTrue(mapped is LapilliException.Closed, "got $mapped")
         // The store's bytes are intact: reopened, the two appends are there.
+        Store.open(dir, BUFFERED).use { assertEquals(2L, it.head()) }
+    }
+
+    @Test
+    fun `a failed direct call raises its own typed error once, and leaves the store unchanged`() = withTempDir { dir ->
+        val ffi = openFfi(dir)
+        val id = ffi.id()
+        assertEquals(1L, appendRaw(id))
+        // A request cut short: the engine refuses it as InvalidArgument, through the error id.
+        val packed = PackedAppend(listOf(ev("E", "t:1")), null)
+        val e = assertThrows<FfiException.InvalidArgument> {
+            packed.withNative { address, len -> DirectCalls.appendPacked(id, address, len - 1) }
+        }
+        assertTrue("cut short" in e.message.orEmpty(), "message: ${e.message}")
+        // Errors are not mixed up between callers: the next failure is its own (Closed), not the one above.
+        val other = runCatching { appendRaw(ULong.MAX_VALUE) }.exceptionOrNull()
+        assertTrue(other is FfiException.Closed, "got $other")
+        assertEquals(2L, appendRaw(id))
+        ffi.closeStore()
+        ffi.close()
         Store.open(dir, BUFFERED).use { assertEquals(2L, it.head()) }
     }
 
