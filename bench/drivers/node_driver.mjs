@@ -25,9 +25,10 @@ const DATA = Buffer.alloc(256, 7)
 const BATCH = 512
 const WORKERS = 64
 const ENTITIES = 1000
-// Untimed batches before append_batched is timed, and one untimed append per worker before
-// append_concurrent: the same in every driver (src/main.rs WARM_BATCHES).
+// Untimed batches before append_batched is timed, and untimed passes before append_concurrent
+// until WARM_SECONDS have gone by: the same in every driver (src/main.rs).
 const WARM_BATCHES = 2
+const WARM_SECONDS = 2.0
 const never = { failIfEventsMatch: Query.of({ types: ['NeverAppended'], tags: ['never:0'] }) }
 const event = (i) => ({ type: EVENT_TYPE, tags: [`entity:${i % ENTITIES}`], data: DATA })
 
@@ -73,11 +74,13 @@ async function fresh (name) {
   const inFlight = (per, offset) => Promise.all(Array.from({ length: WORKERS }, async (_, w) => {
     for (let i = 0; i < per; i++) await store.append([event(offset + w * per + i)], never)
   }))
-  await inFlight(1, 0) // warm, untimed
+  const total = WORKERS * perWorker
+  let passes = 0
+  for (const warm = now(); passes === 0 || now() - warm < WARM_SECONDS; passes++) await inFlight(perWorker, passes * total)
   const started = now()
-  await inFlight(perWorker, WORKERS)
+  await inFlight(perWorker, passes * total)
   const seconds = now() - started
-  check(store.head(), WORKERS * (1 + perWorker), 'append_concurrent head')
+  check(store.head(), (passes + 1) * total, 'append_concurrent head')
   await store.close()
   fs.rmSync(dir, { recursive: true, force: true })
   report('append_concurrent', WORKERS * perWorker, seconds)

@@ -25,9 +25,10 @@ DATA = bytes([7]) * 256
 BATCH = 512
 WORKERS = 64
 ENTITIES = 1000
-# Untimed batches before append_batched is timed, and one untimed append per worker before
-# append_concurrent: the same in every driver (src/main.rs WARM_BATCHES).
+# Untimed batches before append_batched is timed, and untimed passes before append_concurrent
+# until WARM_SECONDS have gone by: the same in every driver (src/main.rs).
 WARM_BATCHES = 2
+WARM_SECONDS = 2.0
 READ_STORE_EVENTS = 200_000
 
 
@@ -60,11 +61,15 @@ def run_batched(batches: int, append_batch) -> float:
     return time.perf_counter() - started
 
 
-def run_concurrent(per_worker: int, append_one) -> float:
-    """One untimed append per worker, then the timed run: 64 threads, each appending one event
-    at a time; returns the timed seconds."""
-    threaded_appends(1, 0, append_one)
-    return threaded_appends(per_worker, WORKERS, append_one)
+def run_concurrent(per_worker: int, append_one) -> tuple[float, int]:
+    """Untimed passes of the same size for WARM_SECONDS (at least one), then the timed run: 64
+    threads, each appending one event at a time; returns the timed seconds and the number of
+    events appended in all."""
+    total, passes, warm = WORKERS * per_worker, 0, time.perf_counter()
+    while passes == 0 or time.perf_counter() - warm < WARM_SECONDS:
+        threaded_appends(per_worker, passes * total, append_one)
+        passes += 1
+    return threaded_appends(per_worker, passes * total, append_one), (passes + 1) * total
 
 
 def threaded_appends(per_worker: int, offset: int, append_one) -> float:
@@ -122,8 +127,8 @@ def lapilli_main(p: dict[str, str]) -> None:
     # append_concurrent
     per_worker = int(p["concurrent"])
     d, store = fresh("python-concurrent")
-    seconds = run_concurrent(per_worker, lambda i: store.append([event(i)], never))
-    check(store.head(), WORKERS * (1 + per_worker), "append_concurrent head")
+    seconds, appended = run_concurrent(per_worker, lambda i: store.append([event(i)], never))
+    check(store.head(), appended, "append_concurrent head")
     store.close()
     shutil.rmtree(d)
     report(rt, "append_concurrent", WORKERS * per_worker, seconds)
@@ -260,8 +265,8 @@ def umadb_main(p: dict[str, str]) -> None:
         # while a call is in flight).
         per_worker = int(p["concurrent"])
         base = client.head() or 0
-        seconds = run_concurrent(per_worker, lambda i: client.append([event(i)], never))
-        check((client.head() or 0) - base, WORKERS * (1 + per_worker), "append_concurrent head")
+        seconds, appended = run_concurrent(per_worker, lambda i: client.append([event(i)], never))
+        check((client.head() or 0) - base, appended, "append_concurrent head")
         report(rt, "append_concurrent", WORKERS * per_worker, seconds)
     finally:
         server.stop()

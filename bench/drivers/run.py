@@ -33,7 +33,7 @@ READ_STORE_EVENTS = 200_000
 SCALES = {
     # batches: timed batches of 512; concurrent: timed appends per worker (64 workers);
     # scans: timed full scans of the 200k store; selective: one-entity reads; catchups: passes.
-    "quick": dict(batches=200, concurrent=100, scans=5, selective=1000, catchups=3),
+    "quick": dict(batches=200, concurrent=300, scans=5, selective=1000, catchups=3),
     "full": dict(batches=400, concurrent=300, scans=10, selective=3000, catchups=5),
 }
 RUNTIMES = ["rust", "python", "umadb-python", "node", "kotlin"]

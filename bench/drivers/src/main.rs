@@ -20,9 +20,13 @@ const EVENT_TYPE: &str = "Measured";
 const DATA_BYTES: usize = 256;
 const BATCH: usize = 512;
 const WORKERS: usize = 64;
-/// Untimed batches before `append_batched` is timed (and one untimed append per worker before
-/// `append_concurrent`): the same in every driver, so a JIT or a cold writer is not measured.
+/// Untimed batches before `append_batched` is timed: the same in every driver, so a JIT or a
+/// cold writer is not measured.
 const WARM_BATCHES: u64 = 2;
+/// Before `append_concurrent` is timed, untimed passes of the same size run until this many
+/// seconds have gone by (at least one pass): the same in every driver. One pass was not enough
+/// for the JVM, whose timed pass then still ran code being compiled.
+const WARM_SECONDS: f64 = 2.0;
 /// Entities in the read store: `entity:<n>` selects about 1/1000 of it.
 const ENTITIES: u64 = 1000;
 
@@ -128,10 +132,14 @@ fn append_batched(dir: &Path, batches: u64) -> Res<()> {
 
 fn append_concurrent(dir: &Path, per_worker: u64) -> Res<()> {
     let store = Arc::new(fresh(dir)?);
-    concurrent_appends(&store, 1, 0)?; // warm: one append per worker, untimed
-    let seconds = concurrent_appends(&store, per_worker, WORKERS as u64)?;
     let total = WORKERS as u64 * per_worker;
-    check(store.head()?.get(), WORKERS as u64 + total, "append_concurrent head")?;
+    let (warm, mut passes) = (Instant::now(), 0);
+    while passes == 0 || warm.elapsed().as_secs_f64() < WARM_SECONDS {
+        concurrent_appends(&store, per_worker, passes * total)?;
+        passes += 1;
+    }
+    let seconds = concurrent_appends(&store, per_worker, passes * total)?;
+    check(store.head()?.get(), (passes + 1) * total, "append_concurrent head")?;
     Arc::try_unwrap(store).map_err(|_| "store still shared")?.close()?;
     std::fs::remove_dir_all(dir)?;
     report("append_concurrent", total, seconds);

@@ -23,9 +23,18 @@ private const val EVENT_TYPE = "Measured"
 private const val BATCH = 512
 private const val WORKERS = 64
 private const val ENTITIES = 1000L
-// Untimed batches before append_batched is timed, and one untimed append per worker before
-// append_concurrent: the same in every driver (src/main.rs WARM_BATCHES).
+// Untimed batches before append_batched is timed, and untimed passes before append_concurrent
+// until WARM_SECONDS have gone by: the same in every driver (src/main.rs).
 private const val WARM_BATCHES = 2L
+private const val WARM_SECONDS = 2.0
+
+/** Untimed passes of [pass] (given its offset) for WARM_SECONDS, at least one; answers the count. */
+private fun warmPasses(total: Long, pass: (offset: Long) -> Unit): Long {
+    var passes = 0L
+    val warm = System.nanoTime()
+    while (passes == 0L || seconds(warm) < WARM_SECONDS) pass(passes++ * total)
+    return passes
+}
 private val DATA = ByteArray(256) { 7 }
 private val NEVER = AppendCondition(Query.of(QueryItem(types = listOf("NeverAppended"), tags = listOf("never:0"))))
 
@@ -80,11 +89,12 @@ fun main(args: Array<String>) {
                 }
             }
         }
-        inFlight(1, 0) // warm, untimed
+        val total = WORKERS * perWorker
+        val passes = warmPasses(total) { inFlight(perWorker, it) }
         val started = System.nanoTime()
-        inFlight(perWorker, WORKERS.toLong())
+        inFlight(perWorker, passes * total)
         val s = seconds(started)
-        check(store.head(), WORKERS * (1 + perWorker), "append_concurrent head")
+        check(store.head(), (passes + 1) * total, "append_concurrent head")
         store.close()
         dir.deleteRecursively()
         report("append_concurrent", WORKERS * perWorker, s)
@@ -108,10 +118,11 @@ fun main(args: Array<String>) {
             threads.forEach { it.join() }
             return started
         }
-        inFlight(1, 0) // warm, untimed
-        val started = inFlight(perWorker, WORKERS.toLong())
+        val total = WORKERS * perWorker
+        val passes = warmPasses(total) { inFlight(perWorker, it) }
+        val started = inFlight(perWorker, passes * total)
         val s = seconds(started)
-        check(store.head(), WORKERS * (1 + perWorker), "append_concurrent_threads head")
+        check(store.head(), (passes + 1) * total, "append_concurrent_threads head")
         store.close()
         dir.deleteRecursively()
         report("append_concurrent_threads", WORKERS * perWorker, s)
