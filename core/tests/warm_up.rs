@@ -9,7 +9,7 @@ mod common;
 use std::fs;
 use std::path::Path;
 
-use common::{buffered as options, files_with, u64_at, Rng};
+use common::{buffered as options, expected_positions, files_with, positions_of, u64_at, Rng};
 use lapilli_core::{AppendCondition, Event, Position, Query, QueryItem, ReadOptions, SequencedEvent, Store};
 
 const SEGMENT: u64 = 1 << 16;
@@ -41,36 +41,6 @@ fn many_segments(dir: &Path) -> Vec<SequencedEvent> {
     all
 }
 
-fn matches(event: &SequencedEvent, query: &Query) -> bool {
-    match query {
-        Query::All => true,
-        Query::Items(items) => items.iter().any(|item| {
-            (item.types.is_empty() || item.types.contains(&event.event_type))
-                && item.tags.iter().all(|t| event.tags.contains(t))
-        }),
-    }
-}
-
-fn positions(events: &[SequencedEvent]) -> Vec<u64> {
-    events.iter().map(|e| e.position.get()).collect()
-}
-
-fn expected(all: &[SequencedEvent], query: &Query, options: ReadOptions) -> Vec<u64> {
-    let until = options.until.map_or(u64::MAX, |p| p.get());
-    let mut found: Vec<u64> = all
-        .iter()
-        .filter(|e| e.position.get() > options.after.get() && e.position.get() <= until && matches(e, query))
-        .map(|e| e.position.get())
-        .collect();
-    if options.backwards {
-        found.reverse();
-    }
-    if let Some(limit) = options.limit {
-        found.truncate(limit as usize);
-    }
-    found
-}
-
 /// A read on a store just opened (every index cold): its positions, and the segments it warmed.
 fn cold_read(dir: &Path, query: &Query, options_: ReadOptions) -> (Vec<u64>, u64) {
     let store = Store::open(dir, options(SEGMENT)).unwrap();
@@ -78,7 +48,7 @@ fn cold_read(dir: &Path, query: &Query, options_: ReadOptions) -> (Vec<u64>, u64
     let read = store.read(query, options_).unwrap().collect_all().unwrap();
     let warmed = Store::warmed_segments_on_this_thread() - before;
     store.close().unwrap();
-    (positions(&read), warmed)
+    (positions_of(&read), warmed)
 }
 
 fn rare() -> Query {
@@ -93,15 +63,15 @@ fn a_cold_read_of_a_rare_tag_warms_every_cold_segment_of_its_window_once() {
     let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
     let before = Store::warmed_segments_on_this_thread();
     let first = store.read(&rare(), ReadOptions::default()).unwrap().collect_all().unwrap();
-    assert_eq!(positions(&first), expected(&all, &rare(), ReadOptions::default()));
+    assert_eq!(positions_of(&first), expected_positions(&all, u64::MAX, &rare(), ReadOptions::default()));
     assert_eq!(Store::warmed_segments_on_this_thread() - before, sealed, "every sealed segment, once");
     // Looked up once, the segments are warm: the same read, or another tag's, warms none.
     let before = Store::warmed_segments_on_this_thread();
     let again = store.read(&rare(), ReadOptions::default()).unwrap().collect_all().unwrap();
-    assert_eq!(positions(&again), positions(&first));
+    assert_eq!(positions_of(&again), positions_of(&first));
     let other = Query::for_tags(["entity:7"]);
     let read = store.read(&other, ReadOptions::default()).unwrap().collect_all().unwrap();
-    assert_eq!(positions(&read), expected(&all, &other, ReadOptions::default()));
+    assert_eq!(positions_of(&read), expected_positions(&all, u64::MAX, &other, ReadOptions::default()));
     assert_eq!(Store::warmed_segments_on_this_thread() - before, 0);
     store.close().unwrap();
 }
@@ -119,7 +89,7 @@ fn reads_that_want_one_event_or_look_no_tag_up_warm_nothing() {
         (types.clone(), ReadOptions::default()),
     ] {
         let (got, warmed) = cold_read(dir.path(), &query, options_);
-        assert_eq!(got, expected(&all, &query, options_), "{query:?} {options_:?}");
+        assert_eq!(got, expected_positions(&all, u64::MAX, &query, options_), "{query:?} {options_:?}");
         assert_eq!(warmed, 0, "{query:?} {options_:?}");
     }
     // A condition's check wants its first match only.
@@ -141,13 +111,13 @@ fn a_limited_read_warms_a_few_segments_at_a_time() {
     // "rare" is on every 700th event, 2 or 3 a segment: 2 events lie in the first segment.
     let two = ReadOptions { limit: Some(2), ..Default::default() };
     let (got, warmed) = cold_read(dir.path(), &rare(), two);
-    assert_eq!(got, expected(&all, &rare(), two));
+    assert_eq!(got, expected_positions(&all, u64::MAX, &rare(), two));
     assert_eq!(warmed, 4);
     // Half the rare events: the walk goes on past the first 4 segments and warms 8 more.
-    let half = expected(&all, &rare(), ReadOptions::default()).len() / 2;
+    let half = expected_positions(&all, u64::MAX, &rare(), ReadOptions::default()).len() / 2;
     let some = ReadOptions { limit: Some(half as u64), ..Default::default() };
     let (got, warmed) = cold_read(dir.path(), &rare(), some);
-    assert_eq!(got, expected(&all, &rare(), some));
+    assert_eq!(got, expected_positions(&all, u64::MAX, &rare(), some));
     assert_eq!(warmed, 12.min(sealed));
 }
 
@@ -175,7 +145,7 @@ fn warmed_reads_answer_exactly_for_any_window() {
         let limit = if rng.chance(50) { None } else { Some(rng.range(1, 200)) };
         let options_ = ReadOptions { after: Position(after), until, limit, backwards: rng.chance(50) };
         let (got, warmed) = cold_read(dir.path(), &query, options_);
-        assert_eq!(got, expected(&all, &query, options_), "round {round}: {query:?} {options_:?}");
+        assert_eq!(got, expected_positions(&all, u64::MAX, &query, options_), "round {round}: {query:?} {options_:?}");
         warmed_any += warmed;
     }
     assert!(warmed_any > 0, "some of the reads warmed segments");
@@ -197,11 +167,11 @@ fn damage_in_a_dictionary_met_while_warming_is_answered_exactly() {
         fs::write(index, bytes).unwrap();
     }
     let (got, warmed) = cold_read(dir.path(), &rare(), ReadOptions::default());
-    assert_eq!(got, expected(&all, &rare(), ReadOptions::default()));
+    assert_eq!(got, expected_positions(&all, u64::MAX, &rare(), ReadOptions::default()));
     assert!(warmed >= 2);
     let backwards = ReadOptions { backwards: true, ..Default::default() };
     let (got, _) = cold_read(dir.path(), &Query::for_tags(["entity:5"]), backwards);
-    assert_eq!(got, expected(&all, &Query::for_tags(["entity:5"]), backwards));
+    assert_eq!(got, expected_positions(&all, u64::MAX, &Query::for_tags(["entity:5"]), backwards));
 }
 
 /// An index read once and evicted since (a service's store after a quiet night) is cold again:
@@ -232,17 +202,17 @@ fn segments_read_before_and_evicted_since_are_warmed_again() {
     let store = Store::open(dir.path(), options(1 << 20)).unwrap();
     let entity = Query::for_tags(["entity:1"]);
     let read = store.read(&entity, ReadOptions::default()).unwrap().collect_all().unwrap();
-    assert_eq!(positions(&read), expected(&all, &entity, ReadOptions::default()));
+    assert_eq!(positions_of(&read), expected_positions(&all, u64::MAX, &entity, ReadOptions::default()));
     let before = Store::warmed_segments_on_this_thread();
     let read = store.read(&rare(), ReadOptions::default()).unwrap().collect_all().unwrap();
-    assert_eq!(positions(&read), expected(&all, &rare(), ReadOptions::default()));
+    assert_eq!(positions_of(&read), expected_positions(&all, u64::MAX, &rare(), ReadOptions::default()));
     assert_eq!(Store::warmed_segments_on_this_thread() - before, 0, "warm: nothing to warm");
     if !common::evict_store_pages(dir.path()) {
         return;
     }
     let before = Store::warmed_segments_on_this_thread();
     let read = store.read(&rare(), ReadOptions::default()).unwrap().collect_all().unwrap();
-    assert_eq!(positions(&read), expected(&all, &rare(), ReadOptions::default()));
+    assert_eq!(positions_of(&read), expected_positions(&all, u64::MAX, &rare(), ReadOptions::default()));
     assert_eq!(Store::warmed_segments_on_this_thread() - before, sealed, "evicted: every sealed segment again");
     store.close().unwrap();
 }

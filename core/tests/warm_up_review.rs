@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{buffered as options, files_with, Rng};
+use common::{buffered as options, expected_positions, files_with, positions_of, Rng};
 use lapilli_core::{Event, Position, Query, QueryItem, ReadOptions, SequencedEvent, Store};
 
 const SEGMENT: u64 = 1 << 16;
@@ -44,41 +44,11 @@ fn many_segments(dir: &Path) -> Vec<SequencedEvent> {
     all
 }
 
-fn matches(event: &SequencedEvent, query: &Query) -> bool {
-    match query {
-        Query::All => true,
-        Query::Items(items) => items.iter().any(|item| {
-            (item.types.is_empty() || item.types.contains(&event.event_type))
-                && item.tags.iter().all(|t| event.tags.contains(t))
-        }),
-    }
-}
-
-fn positions(events: &[SequencedEvent]) -> Vec<u64> {
-    events.iter().map(|e| e.position.get()).collect()
-}
-
-fn expected(all: &[SequencedEvent], head: u64, query: &Query, options: ReadOptions) -> Vec<u64> {
-    let until = options.until.map_or(u64::MAX, |p| p.get()).min(head);
-    let mut found: Vec<u64> = all
-        .iter()
-        .filter(|e| e.position.get() > options.after.get() && e.position.get() <= until && matches(e, query))
-        .map(|e| e.position.get())
-        .collect();
-    if options.backwards {
-        found.reverse();
-    }
-    if let Some(limit) = options.limit {
-        found.truncate(limit as usize);
-    }
-    found
-}
-
 /// Segments `read` warmed on this thread, and its positions.
 fn warmed_by(store: &Store, query: &Query, options_: ReadOptions) -> (Vec<u64>, u64) {
     let before = Store::warmed_segments_on_this_thread();
     let read = store.read(query, options_).unwrap().collect_all().unwrap();
-    (positions(&read), Store::warmed_segments_on_this_thread() - before)
+    (positions_of(&read), Store::warmed_segments_on_this_thread() - before)
 }
 
 /// A query whose walk never reads a segment's tag dictionary (no event has the item's type, so
@@ -93,7 +63,7 @@ fn a_read_that_never_looks_up_the_dictionary_does_not_warm_again_and_again() {
     let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
     let query = Query::of([QueryItem::new(["NoSuchType"], ["rare"])]);
     let (got, first) = warmed_by(&store, &query, ReadOptions::default());
-    assert_eq!(got, expected(&all, head, &query, ReadOptions::default()));
+    assert_eq!(got, expected_positions(&all, head, &query, ReadOptions::default()));
     assert!(first > 0, "a first cold read warms its segments");
     for round in 0..3 {
         let (got, warmed) = warmed_by(&store, &query, ReadOptions::default());
@@ -132,14 +102,14 @@ fn reads_of_a_tag_the_filters_rule_out_warm_nothing_after_the_first() {
 fn a_subscription_batch_warms_no_more_than_a_read_of_its_size() {
     let dir = tempfile::tempdir().unwrap();
     let all = many_segments(dir.path());
-    let rare: Vec<u64> = expected(&all, all.len() as u64, &Query::for_tags(["rare"]), ReadOptions::default());
+    let rare: Vec<u64> = expected_positions(&all, all.len() as u64, &Query::for_tags(["rare"]), ReadOptions::default());
     for (max, most) in [(1usize, 0u64), (2, 4)] {
         let store = Store::open(dir.path(), options(SEGMENT)).unwrap();
         let subscription = store.subscribe(&Query::for_tags(["rare"]), Position(0)).unwrap();
         let before = Store::warmed_segments_on_this_thread();
         let batch = subscription.next_batch(max, Some(std::time::Duration::ZERO)).unwrap().unwrap();
         let warmed = Store::warmed_segments_on_this_thread() - before;
-        assert_eq!(positions(&batch), rare[..max]);
+        assert_eq!(positions_of(&batch), rare[..max]);
         assert!(warmed <= most, "a batch of {max} warmed {warmed} segments");
         drop(subscription);
         store.close().unwrap();
@@ -191,11 +161,11 @@ fn cold_followers_answer_exactly_while_a_writer_appends_and_seals() {
             let options_ = ReadOptions { after: Position(after), until, limit, backwards: rng.chance(50) };
             let result = follower.read(&query, options_).unwrap();
             let head = result.head().get();
-            let got = positions(&result.collect_all().unwrap());
+            let got = positions_of(&result.collect_all().unwrap());
             // The model: every event up to this read's head, read whole from the follower.
             let all = common::read_all(&follower, &Query::all());
             assert!(all.len() as u64 >= head);
-            assert_eq!(got, expected(&all, head, &query, options_), "round {rounds}: {query:?} {options_:?}");
+            assert_eq!(got, expected_positions(&all, head, &query, options_), "round {rounds}: {query:?} {options_:?}");
             follower.close().unwrap();
             if rounds > 200 {
                 break;
@@ -299,7 +269,7 @@ fn a_warm_subscription_taking_one_event_at_a_time_pays_no_mincore_per_event() {
     let before = Store::residency_checks_on_this_thread();
     for event in &all[..in_sealed] {
         let batch = subscription.next_batch(1, Some(std::time::Duration::ZERO)).unwrap().unwrap();
-        assert_eq!(positions(&batch), [event.position.get()]);
+        assert_eq!(positions_of(&batch), [event.position.get()]);
     }
     let checks = Store::residency_checks_on_this_thread() - before;
     assert!(checks <= 4, "{checks} mincore calls for {in_sealed} events delivered one at a time from a warm segment");
@@ -363,7 +333,7 @@ fn a_limited_read_warms_exactly_the_growing_batches_it_enters() {
     let rare = Query::for_tags(["rare"]);
     let segment_of = |position: u64| bases.iter().rposition(|&b| b <= position).unwrap();
     for backwards in [false, true] {
-        let found = expected(&all, all.len() as u64, &rare, ReadOptions { backwards, ..Default::default() });
+        let found = expected_positions(&all, all.len() as u64, &rare, ReadOptions { backwards, ..Default::default() });
         // Segments in walk order.
         let order: Vec<usize> = if backwards { (0..bases.len()).rev().collect() } else { (0..bases.len()).collect() };
         let rank = |segment: usize| order.iter().position(|&s| s == segment).unwrap();
@@ -467,7 +437,7 @@ fn walk_alone(dir: &Path, bases: &[u64], head: u64, query: &Query, options_: Rea
         assert_eq!(Store::warmed_segments_on_this_thread(), before, "a one-segment window warms nothing");
         store.close().unwrap();
         match read {
-            Ok(events) => got.extend(positions(&events)),
+            Ok(events) => got.extend(positions_of(&events)),
             Err(e) => return Err(format!("{:?}: {}", e.kind(), e.message())),
         }
     }
@@ -520,12 +490,12 @@ fn damage_met_by_warm_ups_answers_as_the_walk_alone_does() {
             .read(&query, options_)
             .unwrap()
             .collect_all()
-            .map(|events| positions(&events))
+            .map(|events| positions_of(&events))
             .map_err(|e| format!("{:?}: {}", e.kind(), e.message()));
         store.close().unwrap();
         assert_eq!(warmed, alone, "round {round}: {query:?} {options_:?}");
         if let Ok(got) = &alone {
-            assert_eq!(*got, expected(&all, head, &query, options_), "round {round}");
+            assert_eq!(*got, expected_positions(&all, head, &query, options_), "round {round}");
             answered += 1;
         } else {
             failed += 1;
@@ -573,7 +543,7 @@ fn reads_warming_at_once_on_a_cold_store_closed_under_them_answer_or_fail_cleanl
     let mut warmed = 0;
     for (query, options_, outcome, n) in outcomes {
         match outcome {
-            Ok(events) => assert_eq!(positions(&events), expected(all, head, &query, options_), "{query:?} {options_:?}"),
+            Ok(events) => assert_eq!(positions_of(&events), expected_positions(all, head, &query, options_), "{query:?} {options_:?}"),
             Err(e) => assert_eq!(e.kind(), lapilli_core::ErrorKind::Closed, "{query:?}: {e}"),
         }
         warmed += n;
@@ -612,9 +582,9 @@ fn reads_over_segments_in_parts_answer_exactly_while_segments_seal_and_merge() {
             let options_ = ReadOptions { after: Position(after), until, limit, backwards: rng.chance(50) };
             let result = store.read(&query, options_).unwrap();
             let head = result.head().get();
-            let got = positions(&result.collect_all().unwrap());
+            let got = positions_of(&result.collect_all().unwrap());
             let all = common::read_all(store, &Query::all());
-            assert_eq!(got, expected(&all, head, &query, options_), "round {round}: {query:?} {options_:?}");
+            assert_eq!(got, expected_positions(&all, head, &query, options_), "round {round}: {query:?} {options_:?}");
         }
     };
     let store = parts(dir.path());
@@ -656,7 +626,7 @@ fn a_rebuilt_index_does_not_ask_for_the_damaged_files_pages() {
     let all = common::read_all(&store, &rare);
     assert!(common::evict_store_pages(dir.path()), "this test needs a file system that evicts (not tmpfs)");
     let asked = Store::prefetch_requests_on_this_thread();
-    assert_eq!(positions(&common::read_all(&store, &rare)), positions(&all));
+    assert_eq!(positions_of(&common::read_all(&store, &rare)), positions_of(&all));
     let asked = Store::prefetch_requests_on_this_thread() - asked;
     assert!(asked as usize <= in_sealed, "{asked} prefetch asks for {in_sealed} events of a rebuilt index");
     store.close().unwrap();
@@ -698,7 +668,7 @@ fn indexes_a_warm_up_could_not_load_are_not_warmed_again_by_every_read() {
     let mut warmed = Vec::new();
     for _ in 0..3 {
         let (got, n) = warmed_by(&store, &entity, two);
-        assert_eq!(got, expected(&all, head, &entity, two));
+        assert_eq!(got, expected_positions(&all, head, &entity, two));
         warmed.push(n);
     }
     assert_eq!(warmed, [0, 0, 0], "segments warmed by each read");

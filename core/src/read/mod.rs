@@ -273,18 +273,15 @@ fn prefetch_few_records(access: &SegmentAccess<'_>, walk: &SegmentWalk, wanted: 
     // since (the scale benchmark's rare read, after its hot read had read every offsets block,
     // went record by record: two synchronous faults an event).
     let Ok(log) = access.log.bytes() else { return };
-    match access.index.offset(rels[0]) {
-        Ok(first) if !log.is_resident(first as usize) => {}
-        _ => return,
-    }
-    for rel in rels {
-        match access.index.offset(rel) {
-            // The record's length is in its first bytes, not known yet: a typical record's
-            // worth is asked for, so one that crosses into the next page does not fault there
-            // (a cold read at 10M events took a fault for one record in three per segment).
-            Ok(offset) => log.prefetch(offset as usize, FEW_RECORD_BYTES),
-            Err(_) => return,
+    for (nth, rel) in rels.into_iter().enumerate() {
+        let Ok(offset) = access.index.offset(rel) else { return };
+        if nth == 0 && log.is_resident(offset as usize) {
+            return;
         }
+        // The record's length is in its first bytes, not known yet: a typical record's worth
+        // is asked for, so one that crosses into the next page does not fault there (a cold
+        // read at 10M events took a fault for one record in three per segment).
+        log.prefetch(offset as usize, FEW_RECORD_BYTES);
     }
 }
 /// Events a walk yields from a segment before it starts prefetching.
@@ -471,20 +468,16 @@ impl Walk {
             if self.current.is_none() {
                 let Some(i) = self.next_segment else { return Ok(None) };
                 self.next_segment = self.segment_after(i);
-                if self.window_in(i).is_none() {
-                    continue;
-                }
+                let Some((from, to)) = self.window_in(i) else { continue };
                 self.warm_up_from(i);
                 let entry = &self.snapshot.segments[i];
-                let first = entry.base.max(self.low);
-                let last = self.snapshot.segment_last(i).min(self.high);
                 let index = entry.index.load_full();
                 let access = SegmentAccess { base: entry.base, log: &entry.log, index: index.view()? };
                 let walk = SegmentWalk::new(
                     &access,
                     &self.query,
-                    (first - entry.base) as u32,
-                    (last - entry.base) as u32,
+                    from,
+                    to,
                     self.backwards,
                     self.snapshot.planner,
                     match (self.build_filters, self.wanted) {
@@ -496,11 +489,10 @@ impl Walk {
                 self.prefetched = None;
                 self.index_prefetched = Ahead::Nothing;
                 prefetch_few_records(&access, &walk, self.wanted);
-                let (from, to) = ((first - entry.base) as u32, (last - entry.base) as u32);
                 let start = if self.backwards { to } else { from };
                 // The entry just before the window in walk order, if the segment has one.
                 let before = if self.backwards {
-                    (self.snapshot.segment_last(i) > last).then(|| to + 1)
+                    (self.snapshot.segment_last(i) > entry.base + u64::from(to)).then(|| to + 1)
                 } else {
                     from.checked_sub(1)
                 };

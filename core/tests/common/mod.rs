@@ -55,6 +55,39 @@ pub fn buffered(segment_size: u64) -> Options {
 }
 
 /// Every event `query` matches, forwards.
+/// The model of a query: whether `event` matches it (an item's types, if any, and all its tags).
+pub fn query_matches(event: &SequencedEvent, query: &Query) -> bool {
+    match query {
+        Query::All => true,
+        Query::Items(items) => items.iter().any(|item| {
+            (item.types.is_empty() || item.types.contains(&event.event_type))
+                && item.tags.iter().all(|t| event.tags.contains(t))
+        }),
+    }
+}
+
+pub fn positions_of(events: &[SequencedEvent]) -> Vec<u64> {
+    events.iter().map(|e| e.position.get()).collect()
+}
+
+/// The model of a bounded read: the positions of `all` (every event, in order) that a read of
+/// `query` with `options` answers on a store whose head is `head`.
+pub fn expected_positions(all: &[SequencedEvent], head: u64, query: &Query, options: ReadOptions) -> Vec<u64> {
+    let until = options.until.map_or(u64::MAX, |p| p.get()).min(head);
+    let mut found: Vec<u64> = all
+        .iter()
+        .filter(|e| e.position.get() > options.after.get() && e.position.get() <= until && query_matches(e, query))
+        .map(|e| e.position.get())
+        .collect();
+    if options.backwards {
+        found.reverse();
+    }
+    if let Some(limit) = options.limit {
+        found.truncate(limit as usize);
+    }
+    found
+}
+
 pub fn read_all(store: &Store, query: &Query) -> Vec<SequencedEvent> {
     store.read(query, ReadOptions::default()).unwrap().collect_all().unwrap()
 }
