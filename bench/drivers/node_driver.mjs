@@ -138,3 +138,42 @@ const head = store.head()
   report('subscribe_catch_up', passes * head, now() - started)
 }
 await store.close()
+
+// live_subscriptions: 1,000 subscriptions to one tag, each waiting in `nextBatch`, then one commit
+// of an event with that tag per round: the delivery latency (append called to the event in the
+// subscriber's hands) over every delivery, and the process's threads while they wait. The same
+// in every driver (src/main.rs SUBSCRIBERS, LIVE_ROUNDS).
+{
+  const SUBSCRIBERS = 1000
+  const LIVE_ROUNDS = 5
+  const LIVE_SETTLE_MS = 50
+  const threadCount = () => Number(/^Threads:\s+(\d+)$/m.exec(fs.readFileSync('/proc/self/status', 'utf8'))[1])
+  const [dir, live] = await fresh('node-live')
+  const subs = Array.from({ length: SUBSCRIBERS }, () => live.subscribe(Query.forTags('ping')))
+  const latencies = []
+  let threads = 0
+  let timed = 0
+  for (let r = 0; r <= LIVE_ROUNDS; r++) { // the first untimed
+    let appendedAt = 0
+    const waits = subs.map((sub) => sub.nextBatch(10).then((events) => {
+      check(events.length, 1, 'events of one commit')
+      if (r > 0) latencies.push(now() - appendedAt)
+    }))
+    await new Promise((resolve) => setTimeout(resolve, LIVE_SETTLE_MS)) // every subscription is waiting
+    threads = Math.max(threads, threadCount())
+    appendedAt = now()
+    await live.append([{ type: 'Ping', tags: ['ping'], data: DATA }])
+    await Promise.all(waits)
+    if (r > 0) timed += now() - appendedAt
+  }
+  for (const sub of subs) sub.close()
+  await live.close()
+  fs.rmSync(dir, { recursive: true, force: true })
+  latencies.sort((a, b) => a - b)
+  check(latencies.length, SUBSCRIBERS * LIVE_ROUNDS, 'live deliveries')
+  const at = (q) => Math.round(latencies[Math.floor(latencies.length * q / 100)] * 1e7) / 10
+  console.log(JSON.stringify({
+    runtime: 'node', shape: 'live_subscriptions', events: latencies.length, seconds: timed,
+    events_per_s: latencies.length / timed, threads_waiting: threads, latency_p50_us: at(50), latency_p99_us: at(99),
+  }))
+}

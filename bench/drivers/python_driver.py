@@ -192,6 +192,80 @@ def lapilli_main(p: dict[str, str]) -> None:
     report(rt, "subscribe_catch_up", passes * head, time.perf_counter() - started)
     store.close()
 
+    live_subscriptions(work / "python-live")
+
+
+# live_subscriptions: the same in every driver (src/main.rs SUBSCRIBERS, LIVE_ROUNDS).
+SUBSCRIBERS = 1000
+LIVE_ROUNDS = 5
+LIVE_SETTLE_S = 0.05
+
+
+def thread_count() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise SystemExit("no Threads: line in /proc/self/status")
+
+
+def live_subscriptions(d: Path) -> None:
+    """1,000 asyncio tasks awaiting `next()` on subscriptions to one tag, then one commit of an
+    event with that tag per round: the delivery latency (append called to the event in the
+    task's hands) over every delivery, and the process's threads while they wait."""
+    import asyncio
+
+    from lapilli import Event, Query
+    from lapilli import aio
+
+    shutil.rmtree(d, ignore_errors=True)
+    rounds = LIVE_ROUNDS + 1  # the first untimed
+
+    async def main() -> tuple[list[float], int, float]:
+        loop = asyncio.get_running_loop()
+        store = await aio.Store.open(d)
+        subs = [store.subscribe(Query.for_tags("ping")) for _ in range(SUBSCRIBERS)]
+        appended_at = [0.0] * rounds
+        counts = [0] * rounds
+        all_in = [loop.create_future() for _ in range(rounds)]
+        latencies: list[float] = []
+
+        async def consume(sub) -> None:
+            for r in range(rounds):
+                event = await sub.next()
+                check(event.position, r + 1, "live event position")
+                if r > 0:
+                    latencies.append(time.perf_counter() - appended_at[r])
+                counts[r] += 1
+                if counts[r] == SUBSCRIBERS:
+                    all_in[r].set_result(None)
+
+        tasks = [asyncio.create_task(consume(sub)) for sub in subs]
+        threads, timed = 0, 0.0
+        for r in range(rounds):
+            await asyncio.sleep(LIVE_SETTLE_S)  # every task is waiting again
+            threads = max(threads, thread_count())
+            appended_at[r] = time.perf_counter()
+            await store.append([Event(type="Ping", tags=["ping"], data=DATA)])
+            await all_in[r]
+            if r > 0:
+                timed += time.perf_counter() - appended_at[r]
+        await asyncio.gather(*tasks)
+        for sub in subs:
+            sub.close()
+        await store.aclose()
+        return latencies, threads, timed
+
+    latencies, threads, timed = asyncio.run(main())
+    shutil.rmtree(d, ignore_errors=True)
+    latencies.sort()
+    check(len(latencies), SUBSCRIBERS * LIVE_ROUNDS, "live deliveries")
+    at = lambda q: round(latencies[len(latencies) * q // 100] * 1e6, 1)  # noqa: E731
+    print(json.dumps({"runtime": "python", "shape": "live_subscriptions", "events": len(latencies),
+                      "seconds": round(timed, 6), "events_per_s": round(len(latencies) / timed, 1),
+                      "threads_waiting": threads, "latency_p50_us": at(50), "latency_p99_us": at(99)}),
+          flush=True)
+
 
 # ---------------------------------------------------------------------------------- UmaDB
 

@@ -38,7 +38,9 @@ SCALES = {
 }
 RUNTIMES = ["rust", "python", "umadb-python", "node", "kotlin"]
 SHAPES = ["append_batched", "append_concurrent", "append_concurrent_threads", "read_warm_scan", "read_warm_scan_arrow",
-          "read_warm_scan_visit", "read_selective", "subscribe_catch_up"]
+          "read_warm_scan_visit", "read_selective", "subscribe_catch_up", "live_subscriptions"]
+# What live_subscriptions reports besides its rate (medians over the rounds, like the rates).
+LIVE_FIGURES = ["threads_waiting", "latency_p50_us", "latency_p99_us"]
 DRIVER_TIMEOUT_S = 600
 
 
@@ -207,6 +209,7 @@ def main() -> None:
                     "events_per_s": statistics.median(f["events_per_s"] for f in figs),
                     "rounds": [f["events_per_s"] for f in figs],
                     "events_per_round": figs[0]["events"],
+                    **{k: statistics.median(f[k] for f in figs) for k in LIVE_FIGURES if k in figs[0]},
                 }
 
     def med(runtime: str, shape: str) -> float | None:
@@ -272,6 +275,7 @@ SHAPE_TEXT = {
     "read_warm_scan_visit": "read_warm_scan via zero-copy `visit` (Rust only)",
     "read_selective": "read_selective (one entity, 1/1000, by tag)",
     "subscribe_catch_up": "subscribe_catch_up (from 0 until caught up)",
+    "live_subscriptions": "live_subscriptions (one commit delivered to 1,000 waiting subscriptions; deliveries/s)",
 }
 
 
@@ -311,6 +315,19 @@ def markdown(r: dict, med, ratios) -> str:
         py = med("python", shape)
         cells += [rate(uma), ratio(py / uma if py and uma else None)]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Waiting without threads: 1,000 live subscriptions", "",
+              "Each runtime's idiomatic wait (Rust: the engine's `on_ready` wake-up and one thread taking "
+              "the batches; Python: asyncio tasks awaiting `next()`; Node.js: `nextBatch` Promises; "
+              "Kotlin: coroutines collecting `subscribeFlow`), 1,000 subscriptions to one tag, one event "
+              "with that tag appended per round (fsync), 5 timed rounds after an untimed one. Latency: "
+              "from the append call to the event in the subscriber's hands, over every delivery. "
+              "Threads: the process's, read from `/proc/self/status` while all wait (issue 15: below 50).", "",
+              "| runtime | threads while waiting | delivery p50 | delivery p99 |", "|---|---:|---:|---:|"]
+    for rt in ("rust", "python", "node", "kotlin"):
+        d = r["medians"].get(rt, {}).get("live_subscriptions")
+        if d and "threads_waiting" in d:
+            lines.append(f"| {rt} | {d['threads_waiting']:.0f} | {d['latency_p50_us'] / 1e3:.2f} ms | "
+                         f"{d['latency_p99_us'] / 1e3:.2f} ms |")
     lines += ["", "## The runtime issues' targets", "", "| target | measured | bar | met |", "|---|---:|---:|---|"]
     for t in r["targets"]:
         v = t["value"]

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lapilli_core::{
     AppendCondition, Durability, Event, Options, Position, Query, QueryItem, ReadOptions, Store,
@@ -61,6 +61,7 @@ fn run() -> Res<()> {
             read_selective(&store, num("selective")?)?;
             subscribe_catch_up(&store, num("catchups")?)?;
             store.close()?;
+            live_subscriptions(&work.join("rust-live"))?;
             Ok(())
         }
         other => Err(format!("unknown command {other}").into()),
@@ -247,6 +248,69 @@ fn subscribe_catch_up(store: &Store, passes: u64) -> Res<()> {
     }
     report("subscribe_catch_up", passes * head, started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Subscriptions waiting at once for each commit in `live_subscriptions`, and its timed commits
+/// (after one untimed): the same in every driver.
+const SUBSCRIBERS: usize = 1000;
+const LIVE_ROUNDS: usize = 5;
+
+/// 1,000 subscriptions to one tag, all waiting, then one commit of an event with that tag per
+/// round: the delivery latency (append called to the event in the subscriber's hands) over
+/// every delivery, and the process's threads while they wait. Rust's figure is the engine's own
+/// wake-up (`on_ready`, no thread per subscription) with one thread taking the batches.
+fn live_subscriptions(dir: &Path) -> Res<()> {
+    let store = fresh(dir)?;
+    let query = Query::for_tags(["ping"]);
+    let subs = (0..SUBSCRIBERS).map(|_| store.subscribe(&query, Position::ZERO)).collect::<Result<Vec<_>, _>>()?;
+    let (ready, woken) = std::sync::mpsc::channel::<usize>();
+    let (mut latencies, mut threads_waiting, mut seconds) = (Vec::new(), 0, 0.0);
+    for round in 0..=LIVE_ROUNDS {
+        for (i, sub) in subs.iter().enumerate() {
+            check(sub.try_next_batch(10)?.ok_or("subscription ended")?.len() as u64, 0, "events before the commit")?;
+            let ready = ready.clone();
+            sub.on_ready(move || {
+                let _ = ready.send(i);
+            });
+        }
+        std::thread::sleep(Duration::from_millis(LIVE_SETTLE_MS));
+        threads_waiting = threads_waiting.max(thread_count()?);
+        let started = Instant::now();
+        store.append(vec![Event::new("Ping", ["ping"], vec![7u8; DATA_BYTES])], None)?;
+        for _ in 0..SUBSCRIBERS {
+            let i = woken.recv_timeout(Duration::from_secs(60))?;
+            let batch = subs[i].try_next_batch(10)?.ok_or("subscription ended")?;
+            check(batch.len() as u64, 1, "events of one commit")?;
+            if round > 0 {
+                latencies.push(started.elapsed().as_secs_f64());
+            }
+        }
+        if round > 0 {
+            seconds += started.elapsed().as_secs_f64();
+        }
+    }
+    drop(subs);
+    store.close()?;
+    std::fs::remove_dir_all(dir)?;
+    latencies.sort_by(f64::total_cmp);
+    let at = |q: usize| latencies[latencies.len() * q / 100] * 1e6;
+    println!(
+        "{{\"runtime\":\"rust\",\"shape\":\"live_subscriptions\",\"events\":{},\"seconds\":{seconds:.6},\"events_per_s\":{:.1},\"threads_waiting\":{threads_waiting},\"latency_p50_us\":{:.1},\"latency_p99_us\":{:.1}}}",
+        latencies.len(),
+        latencies.len() as f64 / seconds,
+        at(50),
+        at(99)
+    );
+    Ok(())
+}
+
+/// The pause before each commit of `live_subscriptions`, so every subscriber is waiting again.
+const LIVE_SETTLE_MS: u64 = 50;
+
+fn thread_count() -> Res<usize> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status.lines().find(|l| l.starts_with("Threads:")).ok_or("no Threads: in /proc/self/status")?;
+    Ok(line["Threads:".len()..].trim().parse()?)
 }
 
 fn check(got: u64, want: u64, what: &str) -> Res<()> {

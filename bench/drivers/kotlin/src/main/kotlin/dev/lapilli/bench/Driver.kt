@@ -5,11 +5,19 @@ import dev.lapilli.Event
 import dev.lapilli.Query
 import dev.lapilli.QueryItem
 import dev.lapilli.Store
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.flow.take
+import kotlinx.coroutines.joinAll
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
 import java.io.File
 import java.util.Locale
+import java.util.concurrent.ConcurrentLinkedQueue
+import java.util.concurrent.atomic.AtomicIntegerArray
+import java.util.concurrent.atomic.AtomicLongArray
 
 /**
  * The per-runtime shapes from Kotlin (bench/drivers/README.md):
@@ -176,4 +184,58 @@ fun main(args: Array<String>) {
         }
         report("subscribe_catch_up", passes * head, seconds(started))
     }
+
+    liveSubscriptions(work)
+}
+
+// live_subscriptions: the same in every driver (src/main.rs SUBSCRIBERS, LIVE_ROUNDS).
+private const val SUBSCRIBERS = 1000
+private const val LIVE_ROUNDS = 5
+private const val LIVE_SETTLE_MS = 50L
+
+private fun threads(): Int =
+    File("/proc/self/status").readLines().first { it.startsWith("Threads:") }.substringAfter(':').trim().toInt()
+
+/**
+ * 1,000 coroutines collecting `subscribeFlow` of one tag, all waiting, then one commit of an
+ * event with that tag per round: the delivery latency (append called to the event in the
+ * collector's hands) over every delivery, and the process's threads while they wait.
+ */
+private fun liveSubscriptions(work: File) {
+    val dir = File(work, "kotlin-live").also { it.deleteRecursively() }
+    val rounds = LIVE_ROUNDS + 1 // the first untimed
+    val appendedAt = AtomicLongArray(rounds)
+    val counts = AtomicIntegerArray(rounds)
+    val allIn = Array(rounds) { CompletableDeferred<Unit>() }
+    val latencies = ConcurrentLinkedQueue<Long>()
+    var threadsWaiting = 0
+    var timed = 0.0
+    Store.open(dir.path).use { store ->
+        runBlocking(Dispatchers.Default) {
+            val collectors = (1..SUBSCRIBERS).map {
+                launch(start = CoroutineStart.UNDISPATCHED) {
+                    store.subscribeFlow(Query.forTags("ping")).take(rounds).collect { e ->
+                        val r = (e.position - 1).toInt()
+                        if (r > 0) latencies.add(System.nanoTime() - appendedAt.get(r))
+                        if (counts.incrementAndGet(r) == SUBSCRIBERS) allIn[r].complete(Unit)
+                    }
+                }
+            }
+            for (r in 0 until rounds) {
+                delay(LIVE_SETTLE_MS) // every collector is waiting again
+                threadsWaiting = maxOf(threadsWaiting, threads())
+                appendedAt.set(r, System.nanoTime())
+                store.appendAsync(Event("Ping", listOf("ping"), DATA))
+                allIn[r].await()
+                if (r > 0) timed += seconds(appendedAt.get(r))
+            }
+            collectors.joinAll()
+        }
+    }
+    dir.deleteRecursively()
+    val sorted = latencies.sorted()
+    check(sorted.size.toLong(), (SUBSCRIBERS * LIVE_ROUNDS).toLong(), "live deliveries")
+    val at = { q: Int -> sorted[sorted.size * q / 100] / 1e3 }
+    val f = { x: Double -> String.format(Locale.ROOT, "%.1f", x) }
+    println("""{"runtime":"$RT","shape":"live_subscriptions","events":${sorted.size},"seconds":${String.format(Locale.ROOT, "%.6f", timed)},"events_per_s":${f(sorted.size / timed)},"threads_waiting":$threadsWaiting,"latency_p50_us":${f(at(50))},"latency_p99_us":${f(at(99))}}""")
 }
