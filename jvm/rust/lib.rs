@@ -597,53 +597,89 @@ fn store_submit_packed(store: u64, address: u64, len: u64, token: u64) -> FfiRes
 /// call-status structure on the JVM side for every crossing (JNA `Memory`, registered with
 /// JNA's cleaner and freed by its thread): with 64 appends in flight that bookkeeping was more
 /// than half the JVM's own CPU time. These answer a plain number instead: `>= 0` is the
-/// result, and a negative number is the id of an error kept in `DIRECT_ERRORS` until the
-/// caller takes it at once with `take_direct_error` (a UniFFI call: the failure path keeps the
-/// one error mapping). Ids rather than a thread-local slot, because nothing ties a JVM caller
-/// to one native thread between two calls.
-static DIRECT_ERRORS: LazyLock<Mutex<HashMap<u64, FfiError>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-static NEXT_DIRECT_ERROR: AtomicU64 = AtomicU64::new(1);
+/// result, and a negative number is minus the id of a failure kept in `DIRECT_FAILURES` until
+/// the caller takes it at once with `take_direct_error` (a UniFFI call: the failure path keeps
+/// the one error mapping). Ids rather than a thread-local slot, because nothing ties a JVM
+/// caller to one native thread between two calls. (Ids count from 1 and would need 2^63
+/// failures to wrap.)
+static DIRECT_FAILURES: LazyLock<Mutex<HashMap<u64, DirectFailure>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+static NEXT_DIRECT_FAILURE: AtomicU64 = AtomicU64::new(1);
+
+enum DirectFailure {
+    Error(FfiError),
+    /// A panic's message: raised again by `take_direct_error`, so that the JVM sees it as it sees
+    /// a panic in any UniFFI call (`InternalException`), not as an error kind a caller might retry.
+    Panic(String),
+}
 
 fn direct_call(call: impl FnOnce() -> FfiResult<u64> + std::panic::UnwindSafe) -> i64 {
-    let error = match std::panic::catch_unwind(call) {
-        Ok(Ok(value)) => return i64::try_from(value).unwrap_or(i64::MAX),
-        Ok(Err(error)) => error,
-        // Nothing may unwind into the JVM; a panic is a bug, answered as an I/O error that says so.
+    let failure = match std::panic::catch_unwind(call) {
+        Ok(Ok(value)) => match i64::try_from(value) {
+            Ok(answer) => return answer,
+            Err(_) => DirectFailure::Error(FfiError::Io { detail: format!("the answer {value} does not fit a JVM long") }),
+        },
+        Ok(Err(error)) => DirectFailure::Error(error),
+        // Nothing may unwind into the JVM.
         Err(panic) => {
             let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
-            FfiError::Io { detail: format!("the engine panicked: {}", what.unwrap_or_else(|| "(no message)".into())) }
+            DirectFailure::Panic(format!("the engine panicked: {}", what.unwrap_or_else(|| "(no message)".into())))
         }
     };
-    let id = NEXT_DIRECT_ERROR.fetch_add(1, Ordering::Relaxed);
-    DIRECT_ERRORS.lock().unwrap_or_else(|p| p.into_inner()).insert(id, error);
+    let id = NEXT_DIRECT_FAILURE.fetch_add(1, Ordering::Relaxed);
+    DIRECT_FAILURES.lock().unwrap_or_else(|p| p.into_inner()).insert(id, failure);
     -(id as i64)
 }
 
-/// `store_append_packed` as a direct call: the first position, or minus an error id.
+/// `store_append_packed` as a direct call: the first position, or minus a failure id.
 ///
-/// # Safety (of the caller)
-/// As `FfiStore::append_packed`.
+/// # Safety
+/// As `FfiStore::append_packed`: `address` and `len` name bytes the caller owns for the call.
 #[unsafe(no_mangle)]
-pub extern "C" fn lapilli_jvm_append_packed(store: u64, address: u64, len: u64) -> i64 {
+pub unsafe extern "C" fn lapilli_jvm_append_packed(store: u64, address: u64, len: u64) -> i64 {
     direct_call(|| store_append_packed(store, address, len))
 }
 
-/// `store_submit_packed` as a direct call: 0, or minus an error id.
+/// `store_submit_packed` as a direct call: 0, or minus a failure id.
 ///
-/// # Safety (of the caller)
+/// # Safety
 /// As `FfiStore::append_packed`.
 #[unsafe(no_mangle)]
-pub extern "C" fn lapilli_jvm_submit_packed(store: u64, address: u64, len: u64, token: u64) -> i64 {
+pub unsafe extern "C" fn lapilli_jvm_submit_packed(store: u64, address: u64, len: u64, token: u64) -> i64 {
     direct_call(|| store_submit_packed(store, address, len, token).map(|()| 0))
 }
 
-/// The error of a direct call that answered `-id` (taken: asked once).
+/// The failure of a direct call that answered `-id`, raised (taken: asked once).
 #[uniffi::export]
 pub fn take_direct_error(id: u64) -> FfiResult<()> {
-    match DIRECT_ERRORS.lock().unwrap_or_else(|p| p.into_inner()).remove(&id) {
-        Some(error) => Err(error),
+    let failure = DIRECT_FAILURES.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    match failure {
+        Some(DirectFailure::Error(error)) => Err(error),
+        Some(DirectFailure::Panic(message)) => panic!("{message}"),
         None => Err(FfiError::Io { detail: format!("no error was recorded for direct call {id}") }),
     }
+}
+
+/// Failures of direct calls not taken yet (for tests: the Kotlin layer takes each at once).
+#[uniffi::export]
+pub fn direct_failures_pending() -> u64 {
+    DIRECT_FAILURES.lock().unwrap_or_else(|p| p.into_inner()).len() as u64
+}
+
+/// Which copy of this library answers: the same number through UniFFI and through the direct
+/// calls, unless JNA bound the two to different copies (a second copy has its own, empty,
+/// store registry, and every append would answer `Closed`). `DirectCalls` compares them once.
+fn instance_marker_value() -> u64 {
+    &NEXT_DIRECT_FAILURE as *const AtomicU64 as u64
+}
+
+#[uniffi::export]
+pub fn instance_marker() -> u64 {
+    instance_marker_value()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn lapilli_jvm_instance_marker() -> u64 {
+    instance_marker_value()
 }
 
 /// `FfiStore::read` of the store `id`, in one crossing: the query and options are packed at
@@ -1006,5 +1042,49 @@ impl FfiSubscription {
 
     pub fn close(&self) {
         self.inner.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn take(answer: i64) -> std::thread::Result<FfiResult<()>> {
+        assert!(answer < 0, "a failure answers a negative id, got {answer}");
+        std::panic::catch_unwind(|| take_direct_error((-answer) as u64))
+    }
+
+    #[test]
+    fn a_direct_call_answers_its_value_or_a_failure_taken_once() {
+        assert_eq!(direct_call(|| Ok(41)), 41);
+        let failed = direct_call(|| Err(FfiError::InvalidArgument { detail: "type is empty".into() }));
+        assert!(matches!(take(failed), Ok(Err(FfiError::InvalidArgument { detail })) if detail == "type is empty"));
+        // Taken once: asked again, there is nothing for that id.
+        assert!(matches!(take(failed), Ok(Err(FfiError::Io { detail })) if detail.contains("no error was recorded")));
+        // An answer a JVM long cannot carry is an error, not a clamped value.
+        let too_big = direct_call(|| Ok(u64::MAX));
+        assert!(matches!(take(too_big), Ok(Err(FfiError::Io { .. }))));
+    }
+
+    #[test]
+    fn a_panic_in_a_direct_call_does_not_unwind_and_is_raised_again_as_a_panic_when_taken() {
+        let answer = direct_call(|| panic!("on purpose"));
+        let raised = take(answer).expect_err("taking a panic's failure panics, as UniFFI reports panics");
+        let message = raised.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("the engine panicked: on purpose"), "{message}");
+    }
+
+    #[test]
+    fn failures_are_kept_per_call_not_per_thread() {
+        let first = direct_call(|| Err(FfiError::Closed { detail: "one".into() }));
+        let second = direct_call(|| Err(FfiError::ReadOnly { detail: "two".into() }));
+        // Taken in the other order, each is its own.
+        assert!(matches!(take(second), Ok(Err(FfiError::ReadOnly { .. }))));
+        assert!(matches!(take(first), Ok(Err(FfiError::Closed { .. }))));
+    }
+
+    #[test]
+    fn both_ways_in_name_the_same_copy_of_the_library() {
+        assert_eq!(instance_marker(), lapilli_jvm_instance_marker());
     }
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The JVM face's tests, run from the repository root by scripts/test.sh:
+#   0. runs the facade crate's Rust unit tests (jvm/rust/lib.rs);
 #   1. builds the crate and the bindings, compiles the Kotlin API, runs the JUnit tests
 #      (contract, conformance scenarios, concurrency, a Rust-written store) and installs
 #      dev.lapilli:lapilli into ~/.m2;
@@ -10,6 +11,9 @@ cd "$(dirname "$0")/../.."
 
 # Maven 3.8 prints stray ANSI resets even in batch mode; drop them so the log stays readable.
 mvnq() { mvn -B -q -ntp "$@" 2>&1 | sed -u 's/\x1b\[0m//g'; }
+
+echo "== jvm: the facade's own Rust tests (the direct calls' failure ids)"
+cargo test -q -p lapilli-jvm --lib
 
 echo "== jvm: mvn install (cargo build, uniffi bindgen, kotlinc, JUnit)"
 mvnq -f jvm/pom.xml install

@@ -47,6 +47,7 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
             if (options.maxEventBytes < 0) invalid("maxEventBytes is ${options.maxEventBytes}; it must not be negative")
             val ffi = FfiOptions(options.durability.wire, options.segmentSize.toULong(), options.maxEventBytes.toULong())
             NativeLibrary.select()
+            DirectCalls.verify()
             return Store(ffiCall("store", null) { FfiStore.open(path, ffi) })
         }
 
@@ -63,6 +64,7 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
         @JvmStatic
         fun openReadOnly(path: String): Store {
             NativeLibrary.select()
+            DirectCalls.verify()
             return Store(ffiCall("store", null) { FfiStore.openReadOnly(path) })
         }
 

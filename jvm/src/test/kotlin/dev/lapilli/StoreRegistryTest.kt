@@ -3,6 +3,9 @@ package dev.lapilli
 import dev.lapilli.ffi.FfiException
 import dev.lapilli.ffi.FfiOptions
 import dev.lapilli.ffi.FfiStore
+import dev.lapilli.ffi.directFailuresPending
+import dev.lapilli.ffi.instanceMarker
+import dev.lapilli.ffi.takeDirectError
 import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 import java.util.concurrent.ConcurrentLinkedQueue
@@ -75,6 +78,65 @@ class StoreRegistryTest {
     }
 
     @Test
+    fun `a failure is taken once, by its own id`() = withTempDir { dir ->
+        val ffi = openFfi(dir)
+        val id = ffi.id()
+        val packed = PackedAppend(listOf(ev("E", "t:1")), null)
+        val answer = packed.withNative { address, len -> DirectCalls.lapilli_jvm_append_packed(id.toLong(), address, len - 1) }
+        assertTrue(answer < 0, "a failed direct call answers minus a failure id: $answer")
+        assertThrows<FfiException.InvalidArgument> { takeDirectError((-answer).toULong()) }
+        val again = assertThrows<FfiException.Io> { takeDirectError((-answer).toULong()) }
+        assertTrue("no error was recorded" in again.message.orEmpty(), "message: ${again.message}")
+        assertEquals(0uL, directFailuresPending())
+        ffi.closeStore()
+        ffi.close()
+    }
+
+    @Test
+    fun `failures of calls racing on many threads each reach their own caller, and none is left behind`() = withTempDir { dir ->
+        val ffi = openFfi(dir)
+        val id = ffi.id()
+        val wrong = ConcurrentLinkedQueue<String>()
+        val threads = (0 until 8).map { t ->
+            thread {
+                repeat(1000) { i ->
+                    val packed = PackedAppend(listOf(ev("E", "t:$t")), null)
+                    if ((i + t) % 2 == 0) {
+                        // The id of no open store.
+                        val e = runCatching { packed.withNative { a, l -> DirectCalls.appendPacked(ULong.MAX_VALUE - t.toULong(), a, l) } }.exceptionOrNull()
+                        if (e !is FfiException.Closed) wrong.add("thread $t call $i: expected Closed, got $e")
+                    } else {
+                        // A request cut short, on the open store.
+                        val e = runCatching { packed.withNative { a, l -> DirectCalls.appendPacked(id, a, l - 1) } }.exceptionOrNull()
+                        if (e !is FfiException.InvalidArgument) wrong.add("thread $t call $i: expected InvalidArgument, got $e")
+                    }
+                }
+            }
+        }
+        threads.forEach { it.join() }
+        assertTrue(wrong.isEmpty(), "${wrong.size} calls got another's failure: ${wrong.take(3)}")
+        assertEquals(0uL, directFailuresPending(), "every failure was taken")
+        // And nothing was appended by any of them.
+        assertEquals(1L, appendRaw(id))
+        ffi.closeStore()
+        ffi.close()
+    }
+
+    @Test
+    fun `the direct calls and the generated bindings reach the same copy of the library`() {
+        NativeLibrary.select()
+        DirectCalls.verify()
+        assertEquals(instanceMarker().toLong(), DirectCalls.lapilli_jvm_instance_marker())
+    }
+
+    @Test
+    fun `a failure id that names nothing is an Io error, never a crash`() {
+        NativeLibrary.select()
+        assertThrows<FfiException.Io> { DirectCalls.check(-(Long.MAX_VALUE)) }
+        assertThrows<FfiException.Io> { DirectCalls.check(-123456789L) }
+    }
+
+    @Test
     fun `a store whose handle is freed without closing is unregistered too`() = withTempDir { dir ->
         val ffi = openFfi(dir)
         val id = ffi.id()
@@ -126,5 +188,6 @@ class StoreRegistryTest {
             assertThrows<LapilliException.Closed> { store.append(ev("E")) }
         }
         assertTrue(unexpected.isEmpty(), "unexpected failures: ${unexpected.take(3)}")
+        assertEquals(0uL, directFailuresPending(), "every failed append's failure was taken")
     }
 }
