@@ -9,7 +9,10 @@
 #                               the export lines of LAPILLI_TEST_POSTGRES_URL,
 #                               LAPILLI_TEST_PGBOUNCER_URL and LAPILLI_TEST_POSTGRES_CA (the
 #                               server also accepts TLS, with a certificate for 127.0.0.1 signed
-#                               by a CA made for this cluster; that file is the CA's)
+#                               by a CA made for this cluster; that file is the CA's), and
+#                               for the client-certificate test LAPILLI_TEST_POSTGRES_CERT_URL
+#                               (user lapilli_cert, its own database, let in over TLS only with
+#                               a certificate of that CA), ..._CLIENT_CERT and ..._CLIENT_KEY
 #   scripts/postgres.sh env     print those export lines again for the running cluster
 #   scripts/postgres.sh stop    stop the pooler and the cluster and remove their directory
 #   scripts/postgres.sh kill    SIGKILL the server (the server-kill test's crash); the pooler stays
@@ -53,6 +56,9 @@ exports() {
   echo "export LAPILLI_TEST_POSTGRES_URL=$(url_of "$port")"
   echo "export LAPILLI_TEST_PGBOUNCER_URL=$(url_of "$bouncer_port")"
   echo "export LAPILLI_TEST_POSTGRES_CA=$root/tls/ca.pem"
+  echo "export LAPILLI_TEST_POSTGRES_CLIENT_CERT=$root/tls/client.pem"
+  echo "export LAPILLI_TEST_POSTGRES_CLIENT_KEY=$root/tls/client.key"
+  echo "export LAPILLI_TEST_POSTGRES_CERT_URL=postgresql://$CERT_USER@127.0.0.1:$port/$CERT_USER"
 }
 
 # A certificate authority made for this cluster and the server's certificate for 127.0.0.1 and
@@ -76,7 +82,18 @@ make_tls() {
     -days 7 -extfile "$dir/server.ext" -out "$dir/server.pem" 2>/dev/null
   chmod 600 "$dir/server.key"
   if [ "$(id -u)" = 0 ]; then chown postgres "$dir/server.key" "$dir/server.pem"; fi
+  # A client certificate for the user CERT_USER, whom pg_hba.conf lets in over TLS only with a
+  # certificate of this CA naming it (the test of sslcert/sslkey).
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$CERT_USER" \
+    -keyout "$dir/client.key" -out "$dir/client.csr" 2>/dev/null
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n' > "$dir/client.ext"
+  openssl x509 -req -in "$dir/client.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 7 -extfile "$dir/client.ext" -out "$dir/client.pem" 2>/dev/null
+  chmod 600 "$dir/client.key"
 }
+
+# The user whose connections need a client certificate (see make_tls and start).
+CERT_USER=lapilli_cert
 
 pgbouncer_bin() {
   if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
@@ -129,7 +146,7 @@ pg_ctl_run() {
   # shellcheck disable=SC1090
   . "$state"
   as_postgres "$bin/pg_ctl" -D "$data" -l "$data/../server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$data/.. -c fsync=on -c synchronous_commit=on -c max_connections=200 -c ssl=on -c ssl_cert_file=$root/tls/server.pem -c ssl_key_file=$root/tls/server.key" \
+    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$data/.. -c fsync=on -c synchronous_commit=on -c max_connections=200 -c ssl=on -c ssl_cert_file=$root/tls/server.pem -c ssl_key_file=$root/tls/server.key -c ssl_ca_file=$root/tls/ca.pem" \
     "$@" >&2
 }
 
@@ -147,10 +164,17 @@ case "${1:-}" in
     port=$(free_port)
     bouncer_port=$(free_port)
     as_postgres "$bin/initdb" -D "$data" -U lapilli --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    # Before initdb's trust lines (the first line that matches decides): CERT_USER comes in
+    # over TLS with a certificate of the cluster's CA whose CN names it, and not otherwise.
+    { echo "hostssl all $CERT_USER 127.0.0.1/32 cert"; echo "host all $CERT_USER 127.0.0.1/32 reject"; cat "$data/pg_hba.conf"; } > "$root/pg_hba.conf"
+    as_postgres cp "$root/pg_hba.conf" "$data/pg_hba.conf"
     make_tls "$root/tls"
     printf 'bin=%q\ndata=%q\nport=%q\nbouncer_port=%q\nroot=%q\n' "$bin" "$data" "$port" "$bouncer_port" "$root" > "$state"
     pg_ctl_run start
     as_postgres "$bin/createdb" -h 127.0.0.1 -p "$port" -U lapilli lapilli
+    # CERT_USER's own database (it owns its schema, so it can create Lapilli's tables there).
+    as_postgres "$bin/psql" -q -h 127.0.0.1 -p "$port" -U lapilli -d lapilli -c "CREATE ROLE $CERT_USER LOGIN" >/dev/null
+    as_postgres "$bin/createdb" -h 127.0.0.1 -p "$port" -U lapilli -O "$CERT_USER" "$CERT_USER"
     start_pgbouncer
     exports
     ;;

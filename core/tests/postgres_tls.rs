@@ -63,3 +63,58 @@ fn an_authority_file_that_is_missing_or_not_pem_is_invalid_argument_naming_it() 
     assert_eq!(error.kind(), ErrorKind::InvalidArgument);
     assert!(error.message().contains("sslmode"), "{}", error.message());
 }
+
+/// The cluster lets `lapilli_cert` in over TLS only with a client certificate of its CA naming it
+/// (`scripts/postgres.sh`): `sslcert` and `sslkey` are sent, and without them the server refuses.
+fn cert_user() -> Option<(String, String, String)> {
+    let url = std::env::var("LAPILLI_TEST_POSTGRES_CERT_URL").ok()?;
+    let cert = std::env::var("LAPILLI_TEST_POSTGRES_CLIENT_CERT").ok()?;
+    let key = std::env::var("LAPILLI_TEST_POSTGRES_CLIENT_KEY").ok()?;
+    Some((url, cert, key))
+}
+
+#[test]
+fn a_server_that_authenticates_clients_by_certificate_lets_in_a_store_that_sends_one() {
+    let Some(_) = database_url() else { return };
+    let (base, cert, key) = cert_user().expect("scripts/postgres.sh start exports the client-certificate variables");
+    let tls = format!("sslmode=verify-full&sslrootcert={}", ca_file());
+    let context = fresh_context("certified");
+    let url = format!("{base}?context={context}&{tls}&sslcert={cert}&sslkey={key}");
+    let store = Store::open(&url, Options::default()).unwrap();
+    let first = store.append(vec![Event::new("Opened", ["course:1"], b"by certificate".to_vec())], None).unwrap();
+    let events = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(events.last().map(|e| (e.position, e.data.clone())), Some((first.first, b"by certificate".to_vec())));
+    store.close().unwrap();
+
+    // The same user over TLS without a certificate: the server says no, and it is an I/O error
+    // (the connection was refused), not a store opened on some other footing.
+    let without = format!("{base}?context={context}&{tls}");
+    let error = Store::open(&without, Options::default()).err().expect("the cert user got in without a certificate");
+    assert_eq!(error.kind(), ErrorKind::Io, "{}", error.message());
+    assert!(error.message().contains("certificate"), "{}", error.message());
+}
+
+#[test]
+fn a_client_certificate_that_is_missing_or_not_its_keys_is_invalid_argument_naming_it() {
+    let Some(_) = database_url() else { return };
+    let (base, cert, key) = cert_user().expect("scripts/postgres.sh start exports the client-certificate variables");
+    let tls = format!("sslmode=verify-full&sslrootcert={}", ca_file());
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.pem").display().to_string();
+    let not_a_key = dir.path().join("not-a-key.pem");
+    std::fs::write(&not_a_key, b"hello").unwrap();
+    let not_a_key = not_a_key.display().to_string();
+    // The CA's certificate with the client's key: a certificate that is not the key's.
+    let ca = ca_file();
+    for (cert, key, named) in [
+        (missing.as_str(), key.as_str(), missing.as_str()),
+        (cert.as_str(), missing.as_str(), missing.as_str()),
+        (cert.as_str(), not_a_key.as_str(), not_a_key.as_str()),
+        (ca.as_str(), key.as_str(), "is not the key of"),
+    ] {
+        let url = format!("{base}?context=certified&{tls}&sslcert={cert}&sslkey={key}");
+        let error = Store::open(&url, Options::default()).err().expect("a bad client certificate was accepted");
+        assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{}", error.message());
+        assert!(error.message().contains(named), "{}", error.message());
+    }
+}

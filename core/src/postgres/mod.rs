@@ -301,8 +301,9 @@ struct ParsedUrl {
 }
 
 /// Splits off the parameters that are Lapilli's (`context`, `poll_ms`, `max_connections`), the TLS modes the
-/// driver does not know (`verify-ca`, `verify-full`) and the certificate authority to trust
-/// (`sslrootcert`), and hands the rest to the driver.
+/// driver does not know (`verify-ca`, `verify-full`), the certificate authority to trust
+/// (`sslrootcert`) and the client's certificate and key (`sslcert`, `sslkey`), and hands the
+/// rest to the driver.
 fn parse_url(url: &str) -> Result<ParsedUrl> {
     let redacted = redact(url);
     let bad = |why: String| Error::invalid(format!("location {redacted:?}: {why}"));
@@ -312,6 +313,8 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     let mut max_connections = DEFAULT_READ_CONNECTIONS;
     let mut tls = false;
     let mut root_cert: Option<String> = None;
+    let mut client_cert: Option<String> = None;
+    let mut client_key: Option<String> = None;
     let mut kept = Vec::new();
     let mut sslmode_seen = false;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -336,6 +339,12 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
             // operating system's store. Percent escapes are decoded, so a path with spaces or
             // `&` can be given.
             "sslrootcert" => root_cert = Some(percent_decode(value).map_err(|why| bad(format!("sslrootcert: {why}")))?),
+            // As libpq: the client's certificate (a PEM chain, its own first) and its private
+            // key (PEM: PKCS#8, PKCS#1 or SEC1, not encrypted), for servers that authenticate
+            // clients by certificate (`cert` in pg_hba.conf). Unlike libpq, nothing is looked
+            // for in ~/.postgresql: a certificate is used only when the URL names it.
+            "sslcert" => client_cert = Some(percent_decode(value).map_err(|why| bad(format!("sslcert: {why}")))?),
+            "sslkey" => client_key = Some(percent_decode(value).map_err(|why| bad(format!("sslkey: {why}")))?),
             "max_connections" => {
                 max_connections = value
                     .parse()
@@ -386,6 +395,17 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     // Nothing is added to the startup packet's `options` (JIT is turned off after connecting,
     // see `Connector::connect`, and per writer transaction): PgBouncer refuses a connection
     // whose `options` sets a parameter it does not track, at its default settings.
+    let client = match (client_cert, client_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) if tls => Some(client_certificate(&cert, &key).map_err(bad)?),
+        (Some(cert), Some(_)) => {
+            return Err(bad(format!(
+                "sslcert is {cert:?} but sslmode does not ask for TLS; add sslmode=verify-full"
+            )));
+        }
+        (Some(cert), None) => return Err(bad(format!("sslcert is {cert:?} but no sslkey names its private key"))),
+        (None, Some(key)) => return Err(bad(format!("sslkey is {key:?} but no sslcert names its certificate"))),
+    };
     let tls = match (tls, root_cert.as_deref()) {
         (false, None) => None,
         // libpq would use no certificate at `prefer` (or none at all at `disable`): a URL that
@@ -396,10 +416,10 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
                 "sslrootcert is {path:?} but sslmode does not ask for TLS; add sslmode=verify-full"
             )));
         }
-        (true, None | Some("system")) => Some(tls_connector(rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        })),
-        (true, Some(path)) => Some(tls_connector(root_certificates(path).map_err(bad)?)),
+        (true, None | Some("system")) => {
+            Some(tls_connector(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() }, client))
+        }
+        (true, Some(path)) => Some(tls_connector(root_certificates(path).map_err(bad)?, client)),
     };
     Ok(ParsedUrl { connector: Connector { config, tls }, redacted, context, poll, max_connections })
 }
@@ -490,14 +510,54 @@ pub(crate) fn newer_schema(redacted: &str, context: &str, found: i32) -> Error {
     )
 }
 
-fn tls_connector(roots: rustls::RootCertStore) -> tokio_postgres_rustls::MakeRustlsConnect {
+/// A client certificate chain and its key, checked against each other at open.
+struct ClientCertificate {
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+}
+
+fn tls_connector(roots: rustls::RootCertStore, client: Option<ClientCertificate>) -> tokio_postgres_rustls::MakeRustlsConnect {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("ring supports the default TLS versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let config = match client {
+        // Checked by `client_certificate` with the same provider: it cannot fail here.
+        Some(client) => builder.with_client_auth_cert(client.chain, client.key).expect("a client certificate checked at parse"),
+        None => builder.with_no_client_auth(),
+    };
     tokio_postgres_rustls::MakeRustlsConnect::new(config)
+}
+
+/// The client certificate chain at `cert_path` and the private key at `key_path`, read and
+/// checked against each other at open, so a missing file, a file that is not PEM, an encrypted
+/// key or a key of another certificate is refused naming the file, not met later as a failed
+/// handshake.
+fn client_certificate(cert_path: &str, key_path: &str) -> std::result::Result<ClientCertificate, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let pem = std::fs::read(cert_path).map_err(|e| format!("sslcert {cert_path:?} cannot be read: {e}"))?;
+    let chain = CertificateDer::pem_slice_iter(&pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| format!("sslcert {cert_path:?} is not a PEM file of certificates: {e}"))?;
+    if chain.is_empty() {
+        return Err(format!("sslcert {cert_path:?} holds no certificate"));
+    }
+    let pem = std::fs::read(key_path).map_err(|e| format!("sslkey {key_path:?} cannot be read: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+        format!("sslkey {key_path:?} is not an unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1): {e}")
+    })?;
+    let provider = rustls::crypto::ring::default_provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|e| format!("sslkey {key_path:?} cannot be used: {e}"))?;
+    match rustls::sign::CertifiedKey::new(chain.clone(), signing).keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(e) => return Err(format!("sslkey {key_path:?} is not the key of sslcert {cert_path:?}: {e}")),
+    }
+    Ok(ClientCertificate { chain, key })
 }
 
 /// The certificates of the PEM file at `path` as trust anchors; a file that cannot be read or
@@ -565,6 +625,12 @@ mod tests {
             ("postgresql://h/db?sslrootcert=/etc/hostname", "sslmode"),
             ("postgresql://h/db?sslmode=require&sslrootcert=/etc/hostname", "holds no certificate"),
             ("postgresql://h/db?sslmode=require&sslrootcert=%zz", "bad % escape"),
+            ("postgresql://h/db?sslmode=verify-full&sslcert=/no/such/client.pem", "no sslkey"),
+            ("postgresql://h/db?sslmode=verify-full&sslkey=/no/such/client.key", "no sslcert"),
+            ("postgresql://h/db?sslcert=/c.pem&sslkey=/c.key", "sslmode"),
+            ("postgresql://h/db?sslmode=verify-full&sslcert=/no/such/client.pem&sslkey=/k", "/no/such/client.pem"),
+            ("postgresql://h/db?sslmode=verify-full&sslcert=/etc/hostname&sslkey=/k", "holds no certificate"),
+            ("postgresql://h/db?sslmode=verify-full&sslcert=%zz&sslkey=/k", "bad % escape"),
         ] {
             let Err(err) = parse_url(url) else { panic!("{url} was accepted") };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{url}");
