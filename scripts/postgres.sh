@@ -165,7 +165,8 @@ case "${1:-}" in
     bouncer_port=$(free_port)
     as_postgres "$bin/initdb" -D "$data" -U lapilli --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
     # Before initdb's trust lines (the first line that matches decides): CERT_USER comes in
-    # over TLS with a certificate of the cluster's CA whose CN names it, and not otherwise.
+    # over TLS with a certificate of the cluster's CA whose CN names it, and not otherwise over TCP
+    # (the Unix socket stays trust for everyone, as initdb wrote it; the tests use TCP).
     { echo "hostssl all $CERT_USER 127.0.0.1/32 cert"; echo "host all $CERT_USER 127.0.0.1/32 reject"; cat "$data/pg_hba.conf"; } > "$root/pg_hba.conf"
     as_postgres cp "$root/pg_hba.conf" "$data/pg_hba.conf"
     make_tls "$root/tls"

@@ -91,7 +91,22 @@ fn a_server_that_authenticates_clients_by_certificate_lets_in_a_store_that_sends
     let without = format!("{base}?context={context}&{tls}");
     let error = Store::open(&without, Options::default()).err().expect("the cert user got in without a certificate");
     assert_eq!(error.kind(), ErrorKind::Io, "{}", error.message());
-    assert!(error.message().contains("certificate"), "{}", error.message());
+    assert!(error.message().contains("requires a valid client certificate"), "{}", error.message());
+}
+
+/// `openssl` with the arguments, in `dir`; panics with its stderr if it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The reason of an open refused as `InvalidArgument`, without the location that precedes it
+/// (the URL, which names every file too, so it cannot show which one was blamed).
+fn refusal(url: &str) -> String {
+    let error = Store::open(url, Options::default()).err().expect("a bad client certificate was accepted");
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{}", error.message());
+    let message = error.message().to_string();
+    message.split_once("\": ").map_or(message.clone(), |(_, reason)| reason.to_string())
 }
 
 #[test]
@@ -104,17 +119,64 @@ fn a_client_certificate_that_is_missing_or_not_its_keys_is_invalid_argument_nami
     let not_a_key = dir.path().join("not-a-key.pem");
     std::fs::write(&not_a_key, b"hello").unwrap();
     let not_a_key = not_a_key.display().to_string();
+    // The client's key, encrypted (PKCS#8) and in the legacy encrypted form.
+    let encrypted = dir.path().join("encrypted.key").display().to_string();
+    openssl(dir.path(), &["pkcs8", "-topk8", "-in", &key, "-out", &encrypted, "-passout", "pass:secret"]);
+    let legacy = dir.path().join("legacy.key").display().to_string();
+    openssl(dir.path(), &["ec", "-in", &key, "-out", &legacy, "-aes256", "-passout", "pass:secret"]);
+    // A version 1 certificate for the client's key (openssl x509 -req without v3 extensions).
+    let csr = dir.path().join("v1.csr").display().to_string();
+    let v1 = dir.path().join("v1.pem").display().to_string();
+    openssl(dir.path(), &["req", "-new", "-key", &key, "-subj", "/CN=lapilli_cert", "-out", &csr]);
+    openssl(dir.path(), &["x509", "-req", "-in", &csr, "-signkey", &key, "-days", "1", "-out", &v1]);
     // The CA's certificate with the client's key: a certificate that is not the key's.
     let ca = ca_file();
-    for (cert, key, named) in [
-        (missing.as_str(), key.as_str(), missing.as_str()),
-        (cert.as_str(), missing.as_str(), missing.as_str()),
-        (cert.as_str(), not_a_key.as_str(), not_a_key.as_str()),
-        (ca.as_str(), key.as_str(), "is not the key of"),
+    let q = |path: &str| format!("{path:?}");
+    for (cert, key, reason) in [
+        (missing.as_str(), key.as_str(), format!("sslcert {} cannot be read", q(missing.as_str()))),
+        (cert.as_str(), missing.as_str(), format!("sslkey {} cannot be read", q(missing.as_str()))),
+        (cert.as_str(), not_a_key.as_str(), format!("sslkey {} is not a PEM private key", q(not_a_key.as_str()))),
+        (cert.as_str(), encrypted.as_str(), format!("sslkey {} is encrypted", q(encrypted.as_str()))),
+        (cert.as_str(), legacy.as_str(), format!("sslkey {} is encrypted", q(legacy.as_str()))),
+        (ca.as_str(), key.as_str(), format!("sslkey {} is not the key of the first certificate in sslcert {}", q(key.as_str()), q(ca.as_str()))),
+        (v1.as_str(), key.as_str(), format!("the first certificate in sslcert {} cannot be used", q(v1.as_str()))),
     ] {
         let url = format!("{base}?context=certified&{tls}&sslcert={cert}&sslkey={key}");
-        let error = Store::open(&url, Options::default()).err().expect("a bad client certificate was accepted");
-        assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{}", error.message());
-        assert!(error.message().contains(named), "{}", error.message());
+        let reason_given = refusal(&url);
+        assert!(reason_given.starts_with(&reason), "expected {reason:?}, got {reason_given:?}");
+        assert!(!reason_given.contains("secret"), "{reason_given}");
     }
+}
+
+#[test]
+fn a_client_certificate_sent_with_its_intermediate_is_accepted_and_without_it_refused_by_the_server() {
+    let Some(_) = database_url() else { return };
+    let (base, _, _) = cert_user().expect("scripts/postgres.sh start exports the client-certificate variables");
+    let ca = ca_file();
+    let ca_key = std::path::Path::new(&ca).with_file_name("ca.key").display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = |name: &str| d.join(name).display().to_string();
+    std::fs::write(d.join("intermediate.ext"), "basicConstraints=critical,CA:TRUE\nkeyUsage=keyCertSign\n").unwrap();
+    std::fs::write(d.join("leaf.ext"), "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n").unwrap();
+    for args in [
+        vec!["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=Lapilli test intermediate", "-keyout", "intermediate.key", "-out", "intermediate.csr"],
+        vec!["x509", "-req", "-in", "intermediate.csr", "-CA", ca.as_str(), "-CAkey", ca_key.as_str(), "-CAcreateserial", "-days", "1", "-extfile", "intermediate.ext", "-out", "intermediate.pem"],
+        vec!["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=lapilli_cert", "-keyout", "leaf.key", "-out", "leaf.csr"],
+        vec!["x509", "-req", "-in", "leaf.csr", "-CA", "intermediate.pem", "-CAkey", "intermediate.key", "-CAcreateserial", "-days", "1", "-extfile", "leaf.ext", "-out", "leaf.pem"],
+    ] {
+        openssl(d, &args);
+    }
+    let chain = format!("{}{}", std::fs::read_to_string(p("leaf.pem")).unwrap(), std::fs::read_to_string(p("intermediate.pem")).unwrap());
+    std::fs::write(d.join("chain.pem"), chain).unwrap();
+    let tls = format!("sslmode=verify-full&sslrootcert={ca}");
+    let context = fresh_context("certified_chain");
+    let url = format!("{base}?context={context}&{tls}&sslcert={}&sslkey={}", p("chain.pem"), p("leaf.key"));
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(vec![Event::new("Opened", ["course:2"], b"by chain".to_vec())], None).unwrap();
+    store.close().unwrap();
+    // The leaf alone: the server cannot link it to its CA and refuses the handshake (Io).
+    let url = format!("{base}?context={context}&{tls}&sslcert={}&sslkey={}", p("leaf.pem"), p("leaf.key"));
+    let error = Store::open(&url, Options::default()).err().expect("a leaf without its intermediate got in");
+    assert_eq!(error.kind(), ErrorKind::Io, "{}", error.message());
 }

@@ -45,6 +45,8 @@ const DEFAULT_READ_CONNECTIONS: usize = 32;
 /// How often the head row is polled when no notification arrives (the fallback for poolers
 /// that drop `LISTEN`); `?poll_ms=` in the URL changes it.
 const DEFAULT_POLL: Duration = Duration::from_millis(500);
+/// The URL parameters Lapilli reads itself; each may be given once.
+const LAPILLI_KEYS: [&str; 7] = ["context", "poll_ms", "max_connections", "sslmode", "sslrootcert", "sslcert", "sslkey"];
 /// How long a pooled connection that failed a read gets to show it is still alive.
 const STALE_CHECK: Duration = Duration::from_secs(5);
 
@@ -316,20 +318,21 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     let mut client_cert: Option<String> = None;
     let mut client_key: Option<String> = None;
     let mut kept = Vec::new();
-    let mut sslmode_seen = false;
+    let mut seen: Vec<String> = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (raw_key, value) = pair.split_once('=').unwrap_or((pair, ""));
         // Keys are matched as the driver will read them, decoded: `ssl%6Dode=disable` must not
         // slip past the TLS rules below as an unknown key and then turn TLS off in the driver.
         let key = percent_decode(raw_key).map_err(|why| bad(format!("a parameter name: {why}")))?;
         let key = key.as_str();
-        if key == "sslmode" {
-            // The driver takes the last one given; two could turn off the TLS the first asked
-            // for (`sslmode=verify-full&...&sslmode=disable`).
-            if sslmode_seen {
-                return Err(bad("sslmode is given twice".to_string()));
+        if LAPILLI_KEYS.contains(&key) {
+            // Given twice, one would silently win: `sslmode=verify-full&...&sslmode=disable`
+            // would turn off the TLS the first asked for, `sslrootcert=/ca.pem&sslrootcert=system`
+            // widen what is trusted, a second `sslcert` change who the store connects as.
+            if seen.contains(&key.to_string()) {
+                return Err(bad(format!("{key} is given twice")));
             }
-            sslmode_seen = true;
+            seen.push(key.to_string());
         }
         match key {
             "context" => context = Some(value.to_string()),
@@ -345,6 +348,13 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
             // for in ~/.postgresql: a certificate is used only when the URL names it.
             "sslcert" => client_cert = Some(percent_decode(value).map_err(|why| bad(format!("sslcert: {why}")))?),
             "sslkey" => client_key = Some(percent_decode(value).map_err(|why| bad(format!("sslkey: {why}")))?),
+            "sslpassword" => {
+                return Err(bad(
+                    "sslpassword is not supported: the client key must be unencrypted (decrypt it with \
+                     `openssl pkey -in KEY -out PLAIN_KEY`)"
+                        .to_string(),
+                ));
+            }
             "max_connections" => {
                 max_connections = value
                     .parse()
@@ -400,7 +410,7 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
         (Some(cert), Some(key)) if tls => Some(client_certificate(&cert, &key).map_err(bad)?),
         (Some(cert), Some(_)) => {
             return Err(bad(format!(
-                "sslcert is {cert:?} but sslmode does not ask for TLS; add sslmode=verify-full"
+                "sslcert is {cert:?} but sslmode does not ask for TLS; use sslmode=require or verify-full"
             )));
         }
         (Some(cert), None) => return Err(bad(format!("sslcert is {cert:?} but no sslkey names its private key"))),
@@ -413,7 +423,7 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
         // plaintext connection its author believes verified.
         (false, Some(path)) => {
             return Err(bad(format!(
-                "sslrootcert is {path:?} but sslmode does not ask for TLS; add sslmode=verify-full"
+                "sslrootcert is {path:?} but sslmode does not ask for TLS; use sslmode=require or verify-full"
             )));
         }
         (true, None | Some("system")) => {
@@ -424,8 +434,9 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     Ok(ParsedUrl { connector: Connector { config, tls }, redacted, context, poll, max_connections })
 }
 
-/// `url` with its password replaced by `***`: the one in its user info, and a `password=`
-/// parameter (the driver takes either).
+/// `url` with its passwords replaced by `***`: the one in its user info, a `password=`
+/// parameter (the driver takes either), and an `sslpassword=` (libpq's passphrase of an
+/// encrypted client key, which is refused, but not repeated in the refusal).
 fn redact(url: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, Some(query)),
@@ -437,7 +448,7 @@ fn redact(url: &str) -> String {
             .map(|pair| {
                 // The driver decodes keys: `pass%77ord=` is a password too.
                 let key = pair.split_once('=').map_or(pair, |(key, _)| key);
-                if percent_decode(key).is_ok_and(|key| key == "password") {
+                if percent_decode(key).is_ok_and(|key| key == "password" || key == "sslpassword") {
                     format!("{key}=***")
                 } else {
                     pair.to_string()
@@ -510,30 +521,26 @@ pub(crate) fn newer_schema(redacted: &str, context: &str, found: i32) -> Error {
     )
 }
 
-/// A client certificate chain and its key, checked against each other at open.
-struct ClientCertificate {
-    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
-    key: rustls::pki_types::PrivateKeyDer<'static>,
-}
+/// A client certificate chain and its key, as one signing identity (checked at open).
+type ClientCertificate = Arc<rustls::sign::CertifiedKey>;
 
 fn tls_connector(roots: rustls::RootCertStore, client: Option<ClientCertificate>) -> tokio_postgres_rustls::MakeRustlsConnect {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .expect("ring supports the default TLS versions")
         .with_root_certificates(roots);
     let config = match client {
-        // Checked by `client_certificate` with the same provider: it cannot fail here.
-        Some(client) => builder.with_client_auth_cert(client.chain, client.key).expect("a client certificate checked at parse"),
+        Some(client) => builder.with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(client))),
         None => builder.with_no_client_auth(),
     };
     tokio_postgres_rustls::MakeRustlsConnect::new(config)
 }
 
 /// The client certificate chain at `cert_path` and the private key at `key_path`, read and
-/// checked against each other at open, so a missing file, a file that is not PEM, an encrypted
-/// key or a key of another certificate is refused naming the file, not met later as a failed
-/// handshake.
+/// checked against each other at open (and only then: a certificate rotated on disk is used
+/// from the next open), so a missing file, a file that is not PEM, an encrypted key, a key
+/// ring cannot sign with, a certificate rustls cannot use or the key of another certificate is
+/// refused naming the file and the reason, not met later as a failed handshake.
 fn client_certificate(cert_path: &str, key_path: &str) -> std::result::Result<ClientCertificate, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -545,19 +552,33 @@ fn client_certificate(cert_path: &str, key_path: &str) -> std::result::Result<Cl
         return Err(format!("sslcert {cert_path:?} holds no certificate"));
     }
     let pem = std::fs::read(key_path).map_err(|e| format!("sslkey {key_path:?} cannot be read: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
-        format!("sslkey {key_path:?} is not an unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1): {e}")
-    })?;
-    let provider = rustls::crypto::ring::default_provider();
-    let signing = provider
-        .key_provider
-        .load_private_key(key.clone_key())
-        .map_err(|e| format!("sslkey {key_path:?} cannot be used: {e}"))?;
-    match rustls::sign::CertifiedKey::new(chain.clone(), signing).keys_match() {
-        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
-        Err(e) => return Err(format!("sslkey {key_path:?} is not the key of sslcert {cert_path:?}: {e}")),
+    // Both encrypted forms (PKCS#8's ENCRYPTED PRIVATE KEY, and the legacy Proc-Type header)
+    // would otherwise be reported as "no items found" or a base64 error.
+    if pem.windows(b"ENCRYPTED".len()).any(|w| w == b"ENCRYPTED") {
+        return Err(format!(
+            "sslkey {key_path:?} is encrypted; Lapilli reads unencrypted keys only (decrypt it with \
+             `openssl pkey -in KEY -out PLAIN_KEY`)"
+        ));
     }
-    Ok(ClientCertificate { chain, key })
+    let key = PrivateKeyDer::from_pem_slice(&pem)
+        .map_err(|e| format!("sslkey {key_path:?} is not a PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"))?;
+    let provider = rustls::crypto::ring::default_provider();
+    let signing = provider.key_provider.load_private_key(key).map_err(|e| {
+        format!("sslkey {key_path:?} cannot be used: {e} (usable: RSA of 2048 to 8192 bits, ECDSA P-256 or P-384, Ed25519)")
+    })?;
+    let certified = rustls::sign::CertifiedKey::new(chain, signing);
+    match certified.keys_match() {
+        // Unknown: the key cannot tell its public key (not the case with ring's keys).
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(Arc::new(certified)),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => Err(format!(
+            "sslkey {key_path:?} is not the key of the first certificate in sslcert {cert_path:?} (the client's \
+             own certificate must come first, its intermediates after it)"
+        )),
+        Err(e) => Err(format!(
+            "the first certificate in sslcert {cert_path:?} cannot be used: {e} (rustls takes X.509 v3 \
+             certificates: issue it with an -extfile of v3 extensions)"
+        )),
+    }
 }
 
 /// The certificates of the PEM file at `path` as trust anchors; a file that cannot be read or
@@ -607,6 +628,8 @@ mod tests {
         assert_eq!(redact("postgresql://u@h/db"), "postgresql://u@h/db");
         assert_eq!(redact("postgresql://h/db?password=pw&context=c"), "postgresql://h/db?password=***&context=c");
         assert_eq!(redact("postgresql://u:a@h/db?x=1&password=b"), "postgresql://u:***@h/db?x=1&password=***");
+        assert_eq!(redact("postgresql://h/db?sslkey=/k&sslpassword=s"), "postgresql://h/db?sslkey=/k&sslpassword=***");
+        assert_eq!(redact("postgresql://h/db?ssl%70assword=s"), "postgresql://h/db?ssl%70assword=***");
         let parsed = parse_url("postgresql://u:pw@localhost:5432/db?context=courses&poll_ms=20").unwrap();
         assert_eq!(parsed.context, "courses");
         assert_eq!(parsed.poll, Duration::from_millis(20));
@@ -621,21 +644,27 @@ mod tests {
             ("postgresql://h/db?max_connections=many", "many"),
             ("postgresql://h/db?sslmode=sometimes", "sometimes"),
             ("postgresql://h/db?nonsense=1", "nonsense"),
-            ("postgresql://h/db?sslmode=verify-full&sslrootcert=/no/such/ca.pem", "/no/such/ca.pem"),
+            ("postgresql://h/db?sslmode=verify-full&sslrootcert=/no/such/ca.pem", "sslrootcert \"/no/such/ca.pem\" cannot be read"),
             ("postgresql://h/db?sslrootcert=/etc/hostname", "sslmode"),
             ("postgresql://h/db?sslmode=require&sslrootcert=/etc/hostname", "holds no certificate"),
             ("postgresql://h/db?sslmode=require&sslrootcert=%zz", "bad % escape"),
             ("postgresql://h/db?sslmode=verify-full&sslcert=/no/such/client.pem", "no sslkey"),
             ("postgresql://h/db?sslmode=verify-full&sslkey=/no/such/client.key", "no sslcert"),
             ("postgresql://h/db?sslcert=/c.pem&sslkey=/c.key", "sslmode"),
-            ("postgresql://h/db?sslmode=verify-full&sslcert=/no/such/client.pem&sslkey=/k", "/no/such/client.pem"),
+            ("postgresql://h/db?sslmode=verify-full&sslcert=/no/such/client.pem&sslkey=/k", "sslcert \"/no/such/client.pem\" cannot be read"),
             ("postgresql://h/db?sslmode=verify-full&sslcert=/etc/hostname&sslkey=/k", "holds no certificate"),
             ("postgresql://h/db?sslmode=verify-full&sslcert=%zz&sslkey=/k", "bad % escape"),
+            ("postgresql://h/db?sslmode=require&sslmode=disable", "sslmode is given twice"),
+            ("postgresql://h/db?sslmode=require&sslrootcert=/a.pem&sslrootcert=system", "sslrootcert is given twice"),
+            ("postgresql://h/db?sslmode=require&sslcert=/a&ssl%63ert=/b&sslkey=/k", "sslcert is given twice"),
+            ("postgresql://h/db?sslmode=require&sslkey=/a&sslkey=/b", "sslkey is given twice"),
+            ("postgresql://h/db?context=a&context=b", "context is given twice"),
+            ("postgresql://h/db?sslmode=require&sslpassword=pw", "sslpassword is not supported"),
         ] {
             let Err(err) = parse_url(url) else { panic!("{url} was accepted") };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{url}");
             assert!(err.message().contains(named), "{}", err.message());
-            assert!(!err.message().contains("pw@"), "the password leaked: {}", err.message());
+            assert!(!err.message().contains("pw@") && !err.message().contains("=pw"), "the password leaked: {}", err.message());
         }
     }
 }
