@@ -121,18 +121,8 @@ impl Postings {
                 if *bytes == 0 {
                     return None;
                 }
-                let last = (to as usize).min(bytes * 8 - 1);
-                let mut rel = from as usize;
-                while rel <= last {
-                    let byte = file[at + rel / 8] >> (rel % 8);
-                    if byte == 0 {
-                        rel = (rel / 8 + 1) * 8; // nothing left in this byte
-                        continue;
-                    }
-                    rel += byte.trailing_zeros() as usize;
-                    return (rel <= last).then_some(rel as u32);
-                }
-                None
+                let bits = &file[*at..at + bytes];
+                first_set(bits, from as usize, (to as usize).min(bytes * 8 - 1)).map(|rel| rel as u32)
             }
         }
     }
@@ -152,20 +142,87 @@ impl Postings {
                 if *bytes == 0 {
                     return None;
                 }
-                let mut rel = (to as usize).min(bytes * 8 - 1) as i64;
-                while rel >= from as i64 {
-                    let shift = 7 - (rel % 8) as u32;
-                    let byte = file[at + rel as usize / 8] << shift;
-                    if byte == 0 {
-                        rel = (rel / 8) * 8 - 1;
-                        continue;
-                    }
-                    rel -= byte.leading_zeros() as i64;
-                    return (rel >= from as i64).then_some(rel as u32);
-                }
-                None
+                let bits = &file[*at..at + bytes];
+                last_set(bits, from as usize, (to as usize).min(bytes * 8 - 1)).map(|rel| rel as u32)
             }
         }
+    }
+}
+
+/// The lowest set bit of `bits` (bit i = byte i / 8, LSB first) in `from..=to`, where `to` is
+/// within `bits`. Zero runs are skipped 256 and 64 bits at a time: a dense tag's bitmap after the tag
+/// went quiet is mostly zeros, and the newest event of such a tag was read byte by byte through
+/// them (12 us a read, 20 times slower than from the tail, after 300k other events).
+fn first_set(bits: &[u8], from: usize, to: usize) -> Option<usize> {
+    let mut low = from;
+    while low <= to {
+        let byte_at = low / 8;
+        if low % 256 == 0 && low + 255 <= to && all_zero(&bits[byte_at..byte_at + 32]) {
+            low += 256;
+            continue;
+        }
+        if low % 64 == 0 && low + 63 <= to {
+            let word = u64::from_le_bytes(bits[byte_at..byte_at + 8].try_into().expect("8 bytes"));
+            if word == 0 {
+                low += 64;
+                continue;
+            }
+            return Some(low + word.trailing_zeros() as usize);
+        }
+        let byte = bits[byte_at] >> (low % 8);
+        if byte == 0 {
+            low = (byte_at + 1) * 8; // nothing left in this byte
+            continue;
+        }
+        let found = low + byte.trailing_zeros() as usize;
+        return (found <= to).then_some(found);
+    }
+    None
+}
+
+/// Whether 32 bytes are all zero, as four words (what the compiler turns into a vector test).
+fn all_zero(bytes: &[u8]) -> bool {
+    bytes.chunks_exact(8).fold(0u64, |any, word| any | u64::from_le_bytes(word.try_into().expect("8 bytes"))) == 0
+}
+
+/// The highest set bit of `bits` in `from..=to` (`to` within `bits`), as [`first_set`] going down.
+fn last_set(bits: &[u8], from: usize, to: usize) -> Option<usize> {
+    let mut high = to;
+    loop {
+        if high < from {
+            return None;
+        }
+        let byte_at = high / 8;
+        if high % 256 == 255 && high - 255 >= from && all_zero(&bits[byte_at - 31..=byte_at]) {
+            match high.checked_sub(256) {
+                Some(lower) => high = lower,
+                None => return None,
+            }
+            continue;
+        }
+        if high % 64 == 63 && high - 63 >= from {
+            let start = byte_at - 7;
+            let word = u64::from_le_bytes(bits[start..start + 8].try_into().expect("8 bytes"));
+            if word != 0 {
+                return Some(start * 8 + 63 - word.leading_zeros() as usize);
+            }
+            match high.checked_sub(64) {
+                Some(lower) => high = lower,
+                None => return None,
+            }
+            continue;
+        }
+        let byte = bits[byte_at] << (7 - high % 8);
+        if byte == 0 {
+            // Nothing at or below `high` in this byte: the top of the byte before.
+            match (byte_at * 8).checked_sub(1) {
+                Some(lower) => high = lower,
+                None => return None,
+            }
+            continue;
+        }
+        let found = high - byte.leading_zeros() as usize;
+        return (found >= from).then_some(found);
     }
 }
 
@@ -198,6 +255,44 @@ mod tests {
             }
             assert_eq!(list.contains(from), rels.contains(&from));
             assert_eq!(bitmap.contains(from), rels.contains(&from));
+        }
+    }
+
+    #[test]
+    fn bitmaps_with_long_zero_runs_answer_as_the_list_does_for_every_window() {
+        // Dense stretches, long empty ones (a tag that went quiet), bits at word edges.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for events in [1usize, 63, 64, 65, 127, 128, 129, 700, 1000] {
+            for density in [0u64, 1, 4, 50, 100] {
+                let mut rels: Vec<u32> = (0..events as u32)
+                    .filter(|&r| (r < events as u32 / 3 || r > events as u32 * 9 / 10) && next() % 100 < density)
+                    .collect();
+                for edge in [0u32, 63, 64, 127, 128, 511, 512] {
+                    if (edge as usize) < events && next() % 2 == 0 && !rels.contains(&edge) {
+                        rels.push(edge);
+                    }
+                }
+                rels.sort_unstable();
+                let list = Postings::List(SortedList::Owned(rels.to_vec().into()));
+                let bitmap = bitmap_of(&rels, events);
+                let limit = events as u32 + 70;
+                let step = if events > 200 { 7 } else { 1 };
+                for from in (0..limit).step_by(step) {
+                    for to in (0..limit).step_by(step).chain([u32::MAX]) {
+                        let first = rels.iter().copied().find(|&r| r >= from && r <= to);
+                        let last = rels.iter().rev().copied().find(|&r| r >= from && r <= to);
+                        assert_eq!(bitmap.first_in(from, to), first, "{events} events, first {from}..={to}");
+                        assert_eq!(bitmap.last_in(from, to), last, "{events} events, last {from}..={to}");
+                        assert_eq!(list.last_in(from, to), last);
+                    }
+                }
+            }
         }
     }
 }
