@@ -75,21 +75,25 @@ make_tls() {
   mkdir -p "$dir"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 \
     -subj "/CN=Lapilli test CA" -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
-    -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' > "$dir/server.ext"
-  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
-    -days 7 -extfile "$dir/server.ext" -out "$dir/server.pem" 2>/dev/null
-  chmod 600 "$dir/server.key"
+  issue_cert "$dir" server "/CN=127.0.0.1" \
+    'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n'
   if [ "$(id -u)" = 0 ]; then chown postgres "$dir/server.key" "$dir/server.pem"; fi
   # A client certificate for the user CERT_USER, whom pg_hba.conf lets in over TLS only with a
   # certificate of this CA naming it (the test of sslcert/sslkey).
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$CERT_USER" \
-    -keyout "$dir/client.key" -out "$dir/client.csr" 2>/dev/null
-  printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n' > "$dir/client.ext"
-  openssl x509 -req -in "$dir/client.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
-    -days 7 -extfile "$dir/client.ext" -out "$dir/client.pem" 2>/dev/null
-  chmod 600 "$dir/client.key"
+  issue_cert "$dir" client "/CN=$CERT_USER" \
+    'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n'
+}
+
+# A P-256 key and a certificate for SUBJECT signed by the cluster's CA in DIR, with the v3
+# EXTENSIONS given (printf escapes): DIR/NAME.key (mode 600) and DIR/NAME.pem.
+issue_cert() {
+  local dir=$1 name=$2 subject=$3 extensions=$4
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "$subject" \
+    -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null
+  printf '%b' "$extensions" > "$dir/$name.ext"
+  openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 7 -extfile "$dir/$name.ext" -out "$dir/$name.pem" 2>/dev/null
+  chmod 600 "$dir/$name.key"
 }
 
 # The user whose connections need a client certificate (see make_tls and start).
