@@ -1,7 +1,11 @@
 //! How long the newest event of a dense tag takes to read when newer segments do not hold the
 //! tag (issue 14's R4 at full scale, after the write cells appended a million other events).
 //!
-//!   cargo run --release -p lapilli-core --example newest_of_dense_tag -- DIR [DENSE_EVENTS] [OTHER_EVENTS]
+//!   cargo run --release -p lapilli-core --example newest_of_dense_tag -- DIR [DENSE_EVENTS] [OTHER_EVENTS] [SINGLES]
+//!
+//! DENSE_EVENTS carry `s10:<i % 10>` and an entity tag; OTHER_EVENTS (batches of 512) and
+//! SINGLES (single-event appends from 16 threads, the write cells' shape) carry tags of their
+//! own. An existing DIR is only read.
 use std::time::Instant;
 
 use lapilli_core::{Durability, Event, Options, Query, ReadOptions, Store};
@@ -62,7 +66,8 @@ fn main() {
         let started = Instant::now();
         let mut found = 0;
         for _ in 0..n {
-            found = store.read(&query, backwards_one).unwrap().collect_all().unwrap()[0].position.get();
+            let newest = store.read(&query, backwards_one).unwrap().collect_all().unwrap();
+            found = newest.first().expect("the store has events of the tag").position.get();
         }
         let us = started.elapsed().as_secs_f64() * 1e6 / n as f64;
         println!("{tag}: newest at {found} of {}: {us:.2} us a read", store.head().unwrap().get());

@@ -122,7 +122,7 @@ impl Postings {
                     return None;
                 }
                 let bits = &file[*at..at + bytes];
-                first_set(bits, from as usize, (to as usize).min(bytes * 8 - 1)).map(|rel| rel as u32)
+                first_set(bits, from as usize, last_bit(to, *bytes)).map(|rel| rel as u32)
             }
         }
     }
@@ -143,16 +143,23 @@ impl Postings {
                     return None;
                 }
                 let bits = &file[*at..at + bytes];
-                last_set(bits, from as usize, (to as usize).min(bytes * 8 - 1)).map(|rel| rel as u32)
+                last_set(bits, from as usize, last_bit(to, *bytes)).map(|rel| rel as u32)
             }
         }
     }
 }
 
+/// `to` clamped to the last bit of a bitmap of `bytes` bytes, computed in u64 so that a bitmap
+/// of 2^29 bytes or more cannot overflow a 32-bit usize.
+fn last_bit(to: u32, bytes: usize) -> usize {
+    (to as u64).min(bytes as u64 * 8 - 1) as usize
+}
+
 /// The lowest set bit of `bits` (bit i = byte i / 8, LSB first) in `from..=to`, where `to` is
-/// within `bits`. Zero runs are skipped 256 and 64 bits at a time: a dense tag's bitmap after the tag
-/// went quiet is mostly zeros, and the newest event of such a tag was read byte by byte through
-/// them (12 us a read, 20 times slower than from the tail, after 300k other events).
+/// within `bits`. Zero runs are skipped 256 and 64 bits at a time: a dense tag's bitmap after the
+/// tag went quiet is mostly zeros, and the newest event of such a tag was read byte by byte
+/// through them (12 us a read after 300k other events; 2.6 us so). Still linear in the empty
+/// stretch: at most a segment's events / 256 group tests.
 fn first_set(bits: &[u8], from: usize, to: usize) -> Option<usize> {
     let mut low = from;
     while low <= to {
@@ -180,7 +187,7 @@ fn first_set(bits: &[u8], from: usize, to: usize) -> Option<usize> {
     None
 }
 
-/// Whether 32 bytes are all zero, as four words (what the compiler turns into a vector test).
+/// Whether 32 bytes are all zero, tested as four words.
 fn all_zero(bytes: &[u8]) -> bool {
     bytes.chunks_exact(8).fold(0u64, |any, word| any | u64::from_le_bytes(word.try_into().expect("8 bytes"))) == 0
 }
@@ -273,7 +280,7 @@ mod tests {
                 let mut rels: Vec<u32> = (0..events as u32)
                     .filter(|&r| (r < events as u32 / 3 || r > events as u32 * 9 / 10) && next() % 100 < density)
                     .collect();
-                for edge in [0u32, 63, 64, 127, 128, 511, 512] {
+                for edge in [0u32, 63, 64, 127, 128, 191, 192, 255, 256, 319, 511, 512, 767, 768] {
                     if (edge as usize) < events && next() % 2 == 0 && !rels.contains(&edge) {
                         rels.push(edge);
                     }
@@ -289,6 +296,7 @@ mod tests {
                         let last = rels.iter().rev().copied().find(|&r| r >= from && r <= to);
                         assert_eq!(bitmap.first_in(from, to), first, "{events} events, first {from}..={to}");
                         assert_eq!(bitmap.last_in(from, to), last, "{events} events, last {from}..={to}");
+                        assert_eq!(list.first_in(from, to), first);
                         assert_eq!(list.last_in(from, to), last);
                     }
                 }
