@@ -542,15 +542,9 @@ fn tls_connector(roots: rustls::RootCertStore, client: Option<ClientCertificate>
 /// ring cannot sign with, a certificate rustls cannot use or the key of another certificate is
 /// refused naming the file and the reason, not met later as a failed handshake.
 fn client_certificate(cert_path: &str, key_path: &str) -> std::result::Result<ClientCertificate, String> {
+    use rustls::pki_types::PrivateKeyDer;
     use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let pem = std::fs::read(cert_path).map_err(|e| format!("sslcert {cert_path:?} cannot be read: {e}"))?;
-    let chain = CertificateDer::pem_slice_iter(&pem)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| format!("sslcert {cert_path:?} is not a PEM file of certificates: {e}"))?;
-    if chain.is_empty() {
-        return Err(format!("sslcert {cert_path:?} holds no certificate"));
-    }
+    let chain = pem_certificates("sslcert", cert_path)?;
     let pem = std::fs::read(key_path).map_err(|e| format!("sslkey {key_path:?} cannot be read: {e}"))?;
     // Both encrypted forms (PKCS#8's ENCRYPTED PRIVATE KEY, and the legacy Proc-Type header)
     // would otherwise be reported as "no items found" or a base64 error.
@@ -585,18 +579,29 @@ fn client_certificate(cert_path: &str, key_path: &str) -> std::result::Result<Cl
 /// holds no usable certificate is refused at open, naming the file, rather than at the first
 /// connection as an unexplained handshake failure.
 fn root_certificates(path: &str) -> std::result::Result<rustls::RootCertStore, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let pem = std::fs::read(path).map_err(|e| format!("sslrootcert {path:?} cannot be read: {e}"))?;
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| format!("sslrootcert {path:?} is not a PEM file of certificates: {e}"))?;
+    for cert in pem_certificates("sslrootcert", path)? {
         roots.add(cert).map_err(|e| format!("sslrootcert {path:?} holds a certificate that cannot be used: {e}"))?;
     }
-    if roots.is_empty() {
-        return Err(format!("sslrootcert {path:?} holds no certificate"));
-    }
     Ok(roots)
+}
+
+/// The certificates of the PEM file at `path`, which the URL parameter `parameter` names (in
+/// the messages): at least one, or why not.
+fn pem_certificates(
+    parameter: &str,
+    path: &str,
+) -> std::result::Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(path).map_err(|e| format!("{parameter} {path:?} cannot be read: {e}"))?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| format!("{parameter} {path:?} is not a PEM file of certificates: {e}"))?;
+    if certificates.is_empty() {
+        return Err(format!("{parameter} {path:?} holds no certificate"));
+    }
+    Ok(certificates)
 }
 
 /// `%XX` escapes decoded (a URL's query value); anything else is kept as it is.
