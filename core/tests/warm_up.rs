@@ -181,17 +181,7 @@ fn damage_in_a_dictionary_met_while_warming_is_answered_exactly() {
 fn segments_read_before_and_evicted_since_are_warmed_again() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), options(1 << 20)).unwrap();
-    let mut batch = Vec::new();
-    for i in 0..100_000u32 {
-        let mut tags = vec![format!("entity:{}", i % 40)];
-        if i % 700 == 0 {
-            tags.push("rare".into());
-        }
-        batch.push(Event::new("E", tags, vec![]));
-        if batch.len() == 5000 {
-            store.append(std::mem::take(&mut batch), None).unwrap();
-        }
-    }
+    common::append_entities_with_rare(&store);
     store.wait_for_sealing();
     let all = common::read_all(&store, &Query::all());
     store.close().unwrap();

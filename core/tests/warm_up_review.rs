@@ -188,17 +188,7 @@ const fn seed() -> u64 {
 fn after_eviction_reads_the_filters_answer_warm_up_once_not_every_time() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), options(1 << 20)).unwrap();
-    let mut batch = Vec::new();
-    for i in 0..100_000u32 {
-        let mut tags = vec![format!("entity:{}", i % 40)];
-        if i % 700 == 0 {
-            tags.push("rare".into());
-        }
-        batch.push(Event::new("E", tags, vec![]));
-        if batch.len() == 5000 {
-            store.append(std::mem::take(&mut batch), None).unwrap();
-        }
-    }
+    common::append_entities_with_rare(&store);
     store.wait_for_sealing();
     store.append(vec![Event::new("E", ["entity:new"], vec![])], None).unwrap();
     let indexes = files_with(dir.path(), "idx");

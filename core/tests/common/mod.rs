@@ -7,7 +7,7 @@ pub mod postgres;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use lapilli_core::{Durability, Options, Query, ReadOptions, SequencedEvent, Store};
+use lapilli_core::{Durability, Event, Options, Query, ReadOptions, SequencedEvent, Store};
 
 /// SplitMix64: tiny, fast and good enough to drive test workloads.
 #[derive(Clone, Debug)]
@@ -55,6 +55,23 @@ pub fn buffered(segment_size: u64) -> Options {
 }
 
 /// Every event `query` matches, forwards.
+/// 100,000 events of type "E", no data, in batches of 5,000, each tagged with its entity (of 40)
+/// and "rare" on every 700th: with 1 MiB segments, sealed segments whose index files are over
+/// 64 KiB (mapped, not copied into memory), for the tests of cold indexes after an eviction.
+pub fn append_entities_with_rare(store: &Store) {
+    let mut batch = Vec::new();
+    for i in 0..100_000u32 {
+        let mut tags = vec![format!("entity:{}", i % 40)];
+        if i % 700 == 0 {
+            tags.push("rare".into());
+        }
+        batch.push(Event::new("E", tags, vec![]));
+        if batch.len() == 5000 {
+            store.append(std::mem::take(&mut batch), None).unwrap();
+        }
+    }
+}
+
 /// The model of a query: whether `event` matches it (an item's types, if any, and all its tags).
 pub fn query_matches(event: &SequencedEvent, query: &Query) -> bool {
     match query {
