@@ -547,10 +547,17 @@ check_core_tests() {
     arm64_sysroot
     # LAPILLI_TEST_RUNNER: the crash, follow and open-cost tests start this same binary as
     # children, which without a binfmt handler only qemu can run (core/tests/common/mod.rs).
+    # Skipped here, and only here: the two tests of what the kernel reads around a page fault
+    # (page-cache residency after a cold read, and after a reopen). qemu-user accepts
+    # `madvise` and does not pass it on, so the point-read advice they check never reaches the
+    # kernel under qemu; on an aarch64 kernel they run as everywhere else. (Measured on
+    # 2026-12-01: these two failed under qemu, every other test passed.)
     CARGO_TARGET_DIR=$ROOT/target/release-tests \
         CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $ARM_SYSROOT" \
         LAPILLI_TEST_RUNNER="qemu-aarch64 -L $ARM_SYSROOT" \
-        test_summary "$CHECK/core-aarch64.log" nice -n 15 cargo-zigbuild test -p lapilli-core --target aarch64-unknown-linux-gnu.2.17
+        test_summary "$CHECK/core-aarch64.log" nice -n 15 cargo-zigbuild test -p lapilli-core --target aarch64-unknown-linux-gnu.2.17 \
+        -- --skip a_cold_rare_read_reads_about_what_it_verifies \
+        --skip reopening_reads_no_log_it_does_not_scan_and_keeps_the_cached_parts
 }
 
 # Runs a cargo test command into LOG; prints the totals, or the log's end and fails.
