@@ -1,5 +1,6 @@
 //! Differential test: random appends (with random conditions), reads and subscriptions against
-//! a naive model (a Vec and a filter), across reopens and segment roll-overs.
+//! a naive model (a Vec and a filter), across reopens and segment roll-overs, and (in one test)
+//! with the segment size and part size changed at every reopen.
 
 mod common;
 
@@ -91,6 +92,8 @@ fn committed_len(events: &[Event]) -> usize {
 
 struct Model {
     events: Vec<Stored>,
+    /// The open's `segment_size`: an append that does not fit a segment of it is refused.
+    segment_size: u64,
 }
 
 type Outcome = Result<(u64, u64), (ErrorKind, Option<u64>)>;
@@ -106,7 +109,7 @@ impl Model {
 
     /// What an append must do, given the head its `after` was checked against.
     fn append(&mut self, events: &[Event], condition: &Option<AppendCondition>, visible_head: u64) -> Outcome {
-        if committed_len(events) > (SEGMENT as usize - 32) {
+        if committed_len(events) > (self.segment_size as usize - 32) {
             return Err((ErrorKind::InvalidArgument, None));
         }
         if let Some(c) = condition {
@@ -188,12 +191,29 @@ struct Tally {
     outcomes: std::collections::BTreeMap<String, usize>,
 }
 
+/// Options for a reopen: the run's own, or (when `change` is set) a segment size and a part
+/// size picked at random, larger and smaller than what the store's files were written with.
+fn reopen_options(rng: &mut Rng, base: &Options, change: bool) -> Options {
+    if !change {
+        return base.clone();
+    }
+    Options {
+        segment_size: *rng.pick(&[SEGMENT, 2 * SEGMENT, 4 * SEGMENT, 16 * SEGMENT]),
+        part_bytes: *rng.pick(&[base.part_bytes, 512, 1024, 4096]),
+        ..base.clone()
+    }
+}
+
 fn run(seed: u64, steps: usize, options: Options) -> Tally {
+    run_with(seed, steps, options, false)
+}
+
+fn run_with(seed: u64, steps: usize, options: Options, change_options: bool) -> Tally {
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path(), options.clone()).unwrap();
     store.set_planner(random_planner(&mut rng));
-    let mut model = Model { events: Vec::new() };
+    let mut model = Model { events: Vec::new(), segment_size: options.segment_size };
     let mut subs: Vec<LiveSubscription> = Vec::new();
     let (mut successes, mut reopens) = (0, 0);
     let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
@@ -202,8 +222,20 @@ fn run(seed: u64, steps: usize, options: Options) -> Tally {
         let what = format!("seed {seed} step {step}");
         let roll = rng.below(100);
         if roll < 30 {
-            // One append.
-            let events: Vec<Event> = (0..rng.range(1, 4)).map(|_| random_event(&mut rng)).collect();
+            // One append; when segment sizes change, sometimes one of several KiB, so that
+            // whether it fits a segment depends on the size this open was given.
+            let large = change_options && rng.chance(15);
+            let events: Vec<Event> = if large {
+                (0..rng.range(2, 12))
+                    .map(|_| {
+                        let event = random_event(&mut rng);
+                        let len = rng.range(600, 1500) as usize;
+                        Event { data: rng.bytes(len), ..event }
+                    })
+                    .collect()
+            } else {
+                (0..rng.range(1, 4)).map(|_| random_event(&mut rng)).collect()
+            };
             let condition = random_condition(&mut rng, model.head(), true);
             let want = model.append(&events, &condition, model.head());
             let got = outcome(store.append(events, condition));
@@ -302,7 +334,9 @@ fn run(seed: u64, steps: usize, options: Options) -> Tally {
             for s in subs.drain(..) {
                 assert!(s.sub.next_batch(5, Some(Duration::ZERO)).unwrap().is_none(), "{what}: subscription outlived its store");
             }
-            store = Store::open(dir.path(), options.clone()).unwrap();
+            let reopened = reopen_options(&mut rng, &options, change_options);
+            model.segment_size = reopened.segment_size;
+            store = Store::open(dir.path(), reopened.clone()).unwrap();
             store.set_planner(random_planner(&mut rng));
             reopens += 1;
             assert_eq!(store.recovery().torn_tail, None, "{what}");
@@ -330,6 +364,29 @@ fn random_workloads_match_the_model() {
     }
     eprintln!("model workload: {total:?}");
     // The workloads must have exercised every outcome and the roll-over, or they prove little.
+    for kind in ["Ok", "Conflict", "AlreadyExists", "InvalidArgument"] {
+        assert!(total.outcomes.get(kind).copied().unwrap_or(0) >= 5, "{kind} too rare: {total:?}");
+    }
+    assert!(total.segments > 2, "never rolled over to a third segment: {total:?}");
+}
+
+/// The same workloads, each reopen with another segment size (4 KiB to 64 KiB) and part size:
+/// the active segment was written with one size and continues under another, sealed segments of
+/// several sizes sit side by side, and in-memory parts end at other offsets. An acknowledged
+/// append was once lost after such a change (`hardening.rs`); here every read, condition and
+/// subscription after it is checked against the model too.
+#[test]
+fn random_workloads_with_options_changed_on_reopen() {
+    let mut total = Tally::default();
+    for seed in 21..=26u64 {
+        let tally = run_with(seed, 700, buffered(SEGMENT), true);
+        total.segments = total.segments.max(tally.segments);
+        total.appended += tally.appended;
+        for (k, v) in tally.outcomes {
+            *total.outcomes.entry(k).or_default() += v;
+        }
+    }
+    eprintln!("model workload, options changed on reopen: {total:?}");
     for kind in ["Ok", "Conflict", "AlreadyExists", "InvalidArgument"] {
         assert!(total.outcomes.get(kind).copied().unwrap_or(0) >= 5, "{kind} too rare: {total:?}");
     }
