@@ -69,6 +69,32 @@ fn a_nul_in_a_tag_or_type_fails_only_its_own_append_with_invalid_argument() {
     }
 }
 
+/// The embedded store takes data up to `max_event_bytes` (up to 4 GiB), but a Postgres row is
+/// one protocol message, and the server drops the connection on a message of 1 GiB or more,
+/// which failed every append of the group with `Io` (measured by hand: 1,073,741,800 bytes of
+/// data). Data over 1 GiB - 1 MiB (the margin is for the row's other fields) is refused at the
+/// front door, naming its size; its neighbours commit. The data is zeroed memory the kernel
+/// maps lazily: the refusal reads none of it. (With the limit removed this test fails: the
+/// append of 1 GiB - 1 MiB + 1 bytes is stored, as 1,073,741,700 bytes were by hand.)
+#[test]
+fn data_the_server_cannot_take_in_one_message_fails_only_its_own_append() {
+    let Some(base) = database_url() else { return };
+    let url = context_url(&base, &fresh_context("huge"));
+    let store = Store::open(&url, Options { max_event_bytes: 2 << 30, ..Options::default() }).unwrap();
+    let limit = (1usize << 30) - (1 << 20);
+    let huge = Event::new("Huge", ["huge"], vec![0u8; limit + 1]);
+    let (neighbours, answer) = among_neighbours(&store, (vec![event("Ok", &["fine"]), huge], None));
+    for (i, n) in neighbours.iter().enumerate() {
+        assert!(n.is_ok(), "neighbour {i} failed with the huge append: {n:?}");
+    }
+    let err = answer.expect_err("data over the limit was sent");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err:?}");
+    assert!(err.message().contains(&format!("{}", limit + 1)) && err.message().contains("event 1"), "{}", err.message());
+    let after = all(&store);
+    assert_eq!(after.len(), 40, "only the neighbours were appended");
+    assert!(after.iter().all(|e| e.event_type == "Neighbour"));
+}
+
 /// A NUL in a query's value is valid input (the embedded store answers it); on PostgreSQL no
 /// stored event can hold one, so such a query matches nothing: the condition holds, the read is
 /// empty, and nothing else in the group is touched.

@@ -496,9 +496,25 @@ pub(crate) fn pg_error(context: &str, err: &postgres::Error) -> Error {
     Error::io_message(format!("{context}: {detail}"), kind)
 }
 
-/// What PostgreSQL cannot store that the embedded log can: `text` holds no U+0000, so an event
-/// whose type or tag has one is refused (`InvalidArgument`) before it reaches the writer.
+/// The most data one event may hold on a Postgres store. A row goes to the server as one
+/// protocol message, and the server refuses a message of 1 GiB or more ("invalid message
+/// length") by dropping the connection, which fails the writer's whole group: measured, data of
+/// 1,073,741,700 bytes was written and read back, of 1,073,741,800 refused. The margin below
+/// 1 GiB covers the row's other fields (at most 255 tags of 1 KiB) and the smaller rows the
+/// copy may send in the same message (up to 4 KiB).
+pub(crate) const MAX_DATA_BYTES: usize = (1 << 30) - (1 << 20);
+
+/// What PostgreSQL cannot store that the embedded log can, refused (`InvalidArgument`) before
+/// it reaches the writer: `text` holds no U+0000, so an event whose type or tag has one, and
+/// data over `MAX_DATA_BYTES` (the embedded log's `max_event_bytes` may be up to 4 GiB).
 pub(crate) fn check_storable(index: usize, event: &crate::event::Event) -> Result<()> {
+    if event.data.len() > MAX_DATA_BYTES {
+        return Err(Error::invalid(format!(
+            "event {index}: its data is {} bytes; a PostgreSQL store holds at most {MAX_DATA_BYTES} bytes of data \
+             per event (the server takes no message of 1 GiB)",
+            event.data.len()
+        )));
+    }
     let texts = std::iter::once(("type".to_string(), &event.event_type))
         .chain(event.tags.iter().enumerate().map(|(t, tag)| (format!("tag {t}"), tag)));
     for (what, text) in texts {
