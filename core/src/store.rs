@@ -278,6 +278,13 @@ impl Store {
         crate::log::segment::prefetch_requests_on_this_thread()
     }
 
+    /// Log bytes this process has asked for ahead of cold segments' few matching records, for
+    /// a test (alone in its binary) that each record is asked for whole.
+    #[doc(hidden)]
+    pub fn record_prefetch_bytes() -> u64 {
+        crate::read::record_prefetch_bytes()
+    }
+
     /// `mincore` calls the calling thread has made (residency hints, prefetch asks), for tests
     /// that a warm read pays them per segment it opens, not per event.
     #[doc(hidden)]
