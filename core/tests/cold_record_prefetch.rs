@@ -67,6 +67,14 @@ fn a_cold_rare_read_asks_for_each_record_whole() {
     let rare = store.read(&Query::for_tags(["rare"]), ReadOptions::default()).unwrap().visit(usize::MAX, |_| ()).unwrap();
     let asked = Store::record_prefetch_bytes() - before;
     assert_eq!(rare, 80);
-    assert_eq!(asked, cold_rare * RARE_RECORD, "bytes asked ahead for {cold_rare} cold records of {RARE_RECORD} bytes");
+    // Each record whole, once; or twice for a segment whose warm-up ask (on a `warm.rs` thread)
+    // left its first page out of memory, so that the walk asked again: where `madvise` is
+    // ignored (qemu-user) or readahead gave up under memory pressure. Asked 512 bytes at a
+    // time, the total is no multiple of the record.
+    let once = cold_rare * RARE_RECORD;
+    assert!(
+        asked % RARE_RECORD == 0 && (once..=2 * once).contains(&asked),
+        "asked {asked} bytes ahead for {cold_rare} cold records of {RARE_RECORD} bytes (once: {once})"
+    );
     store.close().unwrap();
 }

@@ -189,6 +189,11 @@ struct Tally {
     segments: usize,
     appended: usize,
     outcomes: std::collections::BTreeMap<String, usize>,
+    /// Appends accepted that a segment of the first open's size could not hold, and ones
+    /// refused for their size that an earlier, larger open's segments could have held: the
+    /// changed sizes took effect, both ways.
+    accepted_only_when_larger: usize,
+    refused_after_shrinking: usize,
 }
 
 /// Options for a reopen: the run's own, or (when `change` is set) a segment size and a part
@@ -214,6 +219,8 @@ fn run_with(seed: u64, steps: usize, options: Options, change_options: bool) -> 
     let mut store = Store::open(dir.path(), options.clone()).unwrap();
     store.set_planner(random_planner(&mut rng));
     let mut model = Model { events: Vec::new(), segment_size: options.segment_size };
+    let mut largest_size = options.segment_size;
+    let mut tally = Tally::default();
     let mut subs: Vec<LiveSubscription> = Vec::new();
     let (mut successes, mut reopens) = (0, 0);
     let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
@@ -237,10 +244,17 @@ fn run_with(seed: u64, steps: usize, options: Options, change_options: bool) -> 
                 (0..rng.range(1, 4)).map(|_| random_event(&mut rng)).collect()
             };
             let condition = random_condition(&mut rng, model.head(), true);
+            let len = committed_len(&events);
             let want = model.append(&events, &condition, model.head());
             let got = outcome(store.append(events, condition));
             assert_eq!(got, want, "{what}: append");
             count(&got);
+            if got.is_ok() && len > SEGMENT as usize - 32 {
+                tally.accepted_only_when_larger += 1;
+            }
+            if len > model.segment_size as usize - 32 && len <= largest_size as usize - 32 {
+                tally.refused_after_shrinking += 1;
+            }
             successes += got.is_ok() as usize;
         } else if roll < 42 {
             // A burst of submitted appends that may share a group commit; each condition sees
@@ -336,6 +350,7 @@ fn run_with(seed: u64, steps: usize, options: Options, change_options: bool) -> 
             }
             let reopened = reopen_options(&mut rng, &options, change_options);
             model.segment_size = reopened.segment_size;
+            largest_size = largest_size.max(reopened.segment_size);
             store = Store::open(dir.path(), reopened.clone()).unwrap();
             store.set_planner(random_planner(&mut rng));
             reopens += 1;
@@ -348,7 +363,7 @@ fn run_with(seed: u64, steps: usize, options: Options, change_options: bool) -> 
     let segments = common::segment_files(dir.path()).len();
     assert!(successes > steps / 10, "seed {seed}: only {successes} appends succeeded");
     assert!(reopens > 0 || steps < 100);
-    Tally { segments, appended: model.events.len(), outcomes }
+    Tally { segments, appended: model.events.len(), outcomes, ..tally }
 }
 
 /// Runs 700 steps for each seed and checks that together they exercised every outcome and the
@@ -359,6 +374,8 @@ fn run_seeds(seeds: std::ops::RangeInclusive<u64>, change_options: bool) {
         let tally = run_with(seed, 700, buffered(SEGMENT), change_options);
         total.segments = total.segments.max(tally.segments);
         total.appended += tally.appended;
+        total.accepted_only_when_larger += tally.accepted_only_when_larger;
+        total.refused_after_shrinking += tally.refused_after_shrinking;
         for (k, v) in tally.outcomes {
             *total.outcomes.entry(k).or_default() += v;
         }
@@ -368,6 +385,9 @@ fn run_seeds(seeds: std::ops::RangeInclusive<u64>, change_options: bool) {
         assert!(total.outcomes.get(kind).copied().unwrap_or(0) >= 5, "{kind} too rare: {total:?}");
     }
     assert!(total.segments > 2, "never rolled over to a third segment: {total:?}");
+    if change_options {
+        assert!(total.accepted_only_when_larger >= 5 && total.refused_after_shrinking >= 5, "sizes changed too little: {total:?}");
+    }
 }
 
 #[test]

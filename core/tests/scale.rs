@@ -210,6 +210,9 @@ fn median(mut samples: Vec<f64>) -> f64 {
 ///
 /// Reads (calls and bytes, counted by the kernel for the opening thread, which does all of
 /// open's work) are exact, so their bound is tight: 1.25 times the small store's per segment.
+/// They count `read`-family calls only: these stores' index files are small enough to be
+/// copied, not mapped, so nothing open reads here is a page fault the count would miss; growth
+/// in CPU alone is left to the time bound.
 /// Time is the opening thread's CPU time (wall time on a shared machine mostly measures the
 /// other processes); it also moves with caches, the allocator (musl's is slower on the larger
 /// heap) and the machine's load, and measured up to 3.1 times the small store's per segment

@@ -243,11 +243,15 @@ const INDEX_PREFETCH_ENTRIES: u32 = 64 << 10;
 
 /// Up to this many candidates in a cold segment have their log records asked for together.
 const FEW_RECORDS: usize = 64;
-/// How much of a record is asked for when its length cannot be had from the index (the
-/// segment's last event).
+/// How much of a record is asked for when its length is not at hand (the index's last event,
+/// a part's or a segment's; the next entry in an offsets block not read yet), or past
+/// `FEW_RECORDS_BYTES`.
 const FEW_RECORD_BYTES: usize = 512;
 /// The most of one record asked for ahead: larger records are still read whole, by faults.
 const MAX_RECORD_PREFETCH: u64 = 1 << 20;
+/// The most asked for whole in one segment: with records of a MiB, 64 of them in each of the
+/// 32 segments a cold read warms at once would otherwise ask for 2 GiB.
+const FEW_RECORDS_BYTES: usize = 4 << 20;
 
 /// A rare tag's few events in a cold sealed segment lie a page apart or more each: fetched one
 /// after another, each is a synchronous fault (a cold read of 108 events at 10M events took 235
@@ -276,6 +280,7 @@ fn prefetch_few_records(access: &SegmentAccess<'_>, walk: &SegmentWalk, wanted: 
     // since (the scale benchmark's rare read, after its hot read had read every offsets block,
     // went record by record: two synchronous faults an event).
     let Ok(log) = access.log.bytes() else { return };
+    let mut asked = 0;
     for (nth, rel) in rels.into_iter().enumerate() {
         let Ok(offset) = access.index.offset(rel) else { return };
         if nth == 0 && log.is_resident(offset as usize) {
@@ -284,7 +289,11 @@ fn prefetch_few_records(access: &SegmentAccess<'_>, walk: &SegmentWalk, wanted: 
         // The whole record, so that one crossing into the next page does not fault there (a
         // cold read at 10M events took a fault for one record in three per segment). Its length
         // is in its first bytes, not read yet; the next event's offset bounds it instead.
-        let span = record_span(&access.index, rel, offset);
+        let span = match record_span(&access.index, rel, offset) {
+            span if asked + span <= FEW_RECORDS_BYTES => span,
+            span => span.min(FEW_RECORD_BYTES),
+        };
+        asked += span;
         RECORD_PREFETCH_BYTES.fetch_add(span as u64, std::sync::atomic::Ordering::Relaxed);
         log.prefetch(offset as usize, span);
     }
@@ -304,10 +313,12 @@ pub(crate) fn record_prefetch_bytes() -> u64 {
 /// its batch's commit marker when it is the batch's last), at most `MAX_RECORD_PREFETCH`. A
 /// fixed guess (512 bytes) left every 1 KiB record starting in a page's last 1 KiB to fault on
 /// its second page: a cold read of 1 KiB events took 1.14 reads an event where its peers took
-/// one. The next entry is almost always in the same offsets block, read already.
+/// one. The next entry is almost always in the same offsets block, read already; when it is
+/// not (1 in 512), the guess stands: reading and checking a block the walk may never need would
+/// stall the asks on a synchronous read, and meet damage the walk might not.
 fn record_span(index: &crate::index::IndexView<'_>, rel: u32, offset: u64) -> usize {
     let crate::index::IndexView::Sealed(file) = index else { return FEW_RECORD_BYTES };
-    if u64::from(rel) + 1 >= file.count() {
+    if u64::from(rel) + 1 >= file.count() || file.entry_is_cold(rel + 1) {
         return FEW_RECORD_BYTES;
     }
     match file.offset(rel + 1) {
