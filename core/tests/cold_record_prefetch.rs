@@ -4,18 +4,9 @@
 
 mod common;
 
-use std::fs;
-use std::path::Path;
 
-use common::{buffered, files_with};
+use common::buffered;
 use lapilli_core::{Event, Query, ReadOptions, Store};
-
-/// Bases of the store's segments (`{base:020}.log`), ascending.
-fn bases(dir: &Path) -> Vec<u64> {
-    let mut bases: Vec<u64> = files_with(dir, "log").iter().filter_map(|p| p.file_stem()?.to_str()?.parse().ok()).collect();
-    bases.sort();
-    bases
-}
 
 /// A cold read of a rare tag asks for each of its records whole before touching any: records
 /// of 1,500 bytes, most of which cross a page, were asked for 512 bytes at a time (a guess: the
@@ -45,21 +36,13 @@ fn a_cold_rare_read_asks_for_each_record_whole() {
     store.wait_for_sealing();
     store.close().unwrap();
     drop(store);
-    let mut kept = 0;
-    for path in files_with(dir.path(), "log").iter().chain(files_with(dir.path(), "idx").iter()) {
-        let file = fs::File::open(path).unwrap();
-        // SAFETY: plain syscall on a descriptor we own.
-        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        kept += common::resident_pages(&file);
-    }
-    if kept > 0 {
-        eprintln!("the file system kept {kept} pages of the store after eviction (tmpfs?): nothing to test here");
+    if !common::evict_store_pages(dir.path()) {
         return;
     }
     // Rare events sit at positions 251, 751, ...; those below the active segment's base are in
     // sealed segments, each followed by a plain event of its batch, so the next offset bounds
     // each record exactly. (The active segment's index is in memory: nothing to ask ahead.)
-    let active_base = *bases(dir.path()).last().unwrap();
+    let active_base = *common::segment_bases(dir.path()).last().unwrap();
     let cold_rare = (0..80u64).map(|k| 251 + 500 * k).filter(|&p| p < active_base).count() as u64;
     assert!(cold_rare >= 40, "only {cold_rare} rare events in sealed segments");
     let store = Store::open(dir.path(), buffered(1 << 20)).unwrap();

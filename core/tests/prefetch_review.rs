@@ -29,16 +29,6 @@ fn fill(store: &Store, total: u64) {
     }
 }
 
-/// Bases of the store's segments (`{base:020}.log`), ascending.
-fn bases(dir: &Path) -> Vec<u64> {
-    let mut bases: Vec<u64> = files_with(dir, "log")
-        .iter()
-        .filter_map(|p| p.file_stem()?.to_str()?.parse().ok())
-        .collect();
-    bases.sort();
-    bases
-}
-
 fn count(store: &Store, query: &Query, options: ReadOptions) -> usize {
     store.read(query, options).unwrap().visit(usize::MAX, |_| ()).unwrap()
 }
@@ -62,7 +52,7 @@ fn sealed_store(dir: &Path) -> Store {
 fn windows_and_limits_mid_segment_ask_a_bounded_number_of_times() {
     let dir = tempfile::tempdir().unwrap();
     let store = sealed_store(dir.path());
-    let b = bases(dir.path());
+    let b = common::segment_bases(dir.path());
     assert!(b.len() >= 3, "several segments: {b:?}");
     let windows = [
         (b[0] + 30_000, Some(b[2] + 10_000)),
@@ -93,7 +83,7 @@ fn windows_and_limits_mid_segment_ask_a_bounded_number_of_times() {
 fn subscription_asks(query: Query, max: usize) -> (u64, usize) {
     let dir = tempfile::tempdir().unwrap();
     let store = sealed_store(dir.path());
-    let b = bases(dir.path());
+    let b = common::segment_bases(dir.path());
     // The first sealed segment's events: about 60K.
     let until = b[1] - 1;
     let wanted = count(&store, &query, ReadOptions { until: Some(Position(until)), ..Default::default() });
@@ -122,7 +112,7 @@ fn subscription_asks_after_reopen(query: Query, max: usize) -> (u64, usize) {
     let dir = tempfile::tempdir().unwrap();
     sealed_store(dir.path()).close().unwrap();
     let store = Store::open(dir.path(), buffered(4 << 20)).unwrap();
-    let b = bases(dir.path());
+    let b = common::segment_bases(dir.path());
     // The first segment's matches, counted from `event`, not through `store` (its blocks stay
     // unread); by one at a time, the first 5000.
     let is_b = query == Query::for_types(["B"]);
@@ -176,7 +166,7 @@ fn a_subscription_resumed_one_event_at_a_time_does_not_ask_per_event() {
 fn paging_by_64_asks_a_bounded_number_of_times() {
     let dir = tempfile::tempdir().unwrap();
     let store = sealed_store(dir.path());
-    let b = bases(dir.path());
+    let b = common::segment_bases(dir.path());
     let (asks, seen) = asks_during(|| {
         let mut after = 0;
         let mut seen = 0;
@@ -207,7 +197,7 @@ fn a_segment_in_several_parts_asks_a_bounded_number_of_times_per_part() {
     store.wait_for_sealing();
     let parts = files_with(dir.path(), "part").len() as u64;
     assert!(parts >= 2, "several parts: {parts}");
-    assert_eq!(bases(dir.path()).len(), 1, "one (active) segment");
+    assert_eq!(common::segment_bases(dir.path()).len(), 1, "one (active) segment");
     for query in queries() {
         for backwards in [false, true] {
             let options = ReadOptions { backwards, ..Default::default() };
@@ -255,7 +245,7 @@ fn an_active_segment_with_a_tail_index_still_has_its_log_asked_for() {
 fn a_scan_at_a_segments_ends_asks_for_the_log_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = sealed_store(dir.path());
-    let b = bases(dir.path());
+    let b = common::segment_bases(dir.path());
     let cases = [
         ("forward, last 100", ReadOptions { after: Position(b[1] - 101), until: Some(Position(b[1] - 1)), ..Default::default() }),
         ("backwards, first 100", ReadOptions { after: Position(0), until: Some(Position(100)), backwards: true, ..Default::default() }),
@@ -290,7 +280,7 @@ fn a_sealed_segment_with_an_index_rebuilt_in_memory_asks_a_bounded_number_of_tim
     bytes[types_at - 8] ^= 0x01;
     fs::write(&index, &bytes).unwrap();
     let store = Store::open(dir.path(), buffered(4 << 20)).unwrap();
-    let b = bases(dir.path());
+    let b = common::segment_bases(dir.path());
     let first = ReadOptions { until: Some(Position(b[1] - 1)), ..Default::default() };
     assert_eq!(count(&store, &Query::all(), first) as u64, b[1] - 1);
     for query in queries() {
@@ -313,7 +303,7 @@ fn a_cold_scan_still_asks_for_its_window_before_its_first_event() {
     let dir = tempfile::tempdir().unwrap();
     sealed_store(dir.path()).close().unwrap();
     let store = Store::open(dir.path(), buffered(4 << 20)).unwrap();
-    let b = bases(dir.path());
+    let b = common::segment_bases(dir.path());
     // First use of every index (header, table, dictionaries: asks of their own), no entry read:
     // absent from every segment, neither query is a scan.
     for absent in [Query::for_tags(["absent"]), Query::for_types(["Absent"])] {

@@ -54,7 +54,6 @@ pub fn buffered(segment_size: u64) -> Options {
     Options { durability: Durability::Buffered, segment_size, ..Options::default() }
 }
 
-/// Every event `query` matches, forwards.
 /// 100,000 events of type "E", no data, in batches of 5,000, each tagged with its entity (of 40)
 /// and "rare" on every 700th: with 1 MiB segments, sealed segments whose index files are over
 /// 64 KiB (mapped, not copied into memory), for the tests of cold indexes after an eviction.
@@ -105,6 +104,7 @@ pub fn expected_positions(all: &[SequencedEvent], head: u64, query: &Query, opti
     found
 }
 
+/// Every event `query` matches, forwards.
 pub fn read_all(store: &Store, query: &Query) -> Vec<SequencedEvent> {
     store.read(query, ReadOptions::default()).unwrap().collect_all().unwrap()
 }
@@ -153,6 +153,11 @@ pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// Bases of the store's segments (`{base:020}.log`), ascending.
+pub fn segment_bases(dir: &Path) -> Vec<u64> {
+    segment_files(dir).iter().filter_map(|p| p.file_stem()?.to_str()?.parse().ok()).collect()
 }
 
 /// A command that runs this same test binary again, for tests that kill or race child
