@@ -245,13 +245,13 @@ const INDEX_PREFETCH_ENTRIES: u32 = 64 << 10;
 const FEW_RECORDS: usize = 64;
 /// How much of a record is asked for when its length is not at hand (the index's last event,
 /// a part's or a segment's; the next entry in an offsets block not read yet), or past
-/// `FEW_RECORDS_BYTES`.
+/// `MAX_SEGMENT_RECORD_PREFETCH`.
 const FEW_RECORD_BYTES: usize = 512;
 /// The most of one record asked for ahead: larger records are still read whole, by faults.
 const MAX_RECORD_PREFETCH: u64 = 1 << 20;
 /// The most asked for whole in one segment: with records of a MiB, 64 of them in each of the
 /// 32 segments a cold read warms at once would otherwise ask for 2 GiB.
-const FEW_RECORDS_BYTES: usize = 4 << 20;
+const MAX_SEGMENT_RECORD_PREFETCH: usize = 4 << 20;
 
 /// A rare tag's few events in a cold sealed segment lie a page apart or more each: fetched one
 /// after another, each is a synchronous fault (a cold read of 108 events at 10M events took 235
@@ -290,7 +290,7 @@ fn prefetch_few_records(access: &SegmentAccess<'_>, walk: &SegmentWalk, wanted: 
         // cold read at 10M events took a fault for one record in three per segment). Its length
         // is in its first bytes, not read yet; the next event's offset bounds it instead.
         let span = match record_span(&access.index, rel, offset) {
-            span if asked + span <= FEW_RECORDS_BYTES => span,
+            span if asked + span <= MAX_SEGMENT_RECORD_PREFETCH => span,
             span => span.min(FEW_RECORD_BYTES),
         };
         asked += span;
