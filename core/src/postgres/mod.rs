@@ -215,6 +215,11 @@ impl PgStore {
         published.publish_head(head);
         let events = sql::quote_ident(&format!("lapilli_events_{}", parsed.context));
         let channel = sql::quote_ident(&format!("lapilli_{}", parsed.context));
+        let merge_tags = match read_only {
+            true => None,
+            false => sql::can_merge_tags(&mut client, &parsed.context, &parsed.redacted)?
+                .then(|| format!("{}()", sql::merge_tags_function(&parsed.context))),
+        };
         let shared = Arc::new(PgShared {
             connector: parsed.connector,
             redacted: parsed.redacted,
@@ -240,7 +245,7 @@ impl PgStore {
             (None, None)
         } else {
             let (queue, incoming) = sync_channel(QUEUE_DEPTH);
-            let writer = writer::PgWriter::new(shared.clone(), durability);
+            let writer = writer::PgWriter::new(shared.clone(), durability, merge_tags);
             let thread = std::thread::Builder::new()
                 .name("lapilli-pg-writer".into())
                 .spawn(move || {

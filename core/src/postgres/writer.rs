@@ -12,7 +12,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postgres::binary_copy::BinaryCopyInWriter;
-use postgres::error::Severity;
+use postgres::error::{Severity, SqlState};
 use postgres::types::Type;
 use postgres::{Client, Transaction};
 
@@ -68,11 +68,15 @@ pub(crate) struct PgWriter {
     shared: Arc<PgShared>,
     durability: Durability,
     client: Option<Client>,
+    /// The call that merges the tags index's pending list (`sql::merge_tags_function`), made in
+    /// every group's transaction; None for a context made before there was one, or a user who
+    /// may not call it (then the server merges once the list outgrows the index's limit).
+    merge_tags: Option<String>,
 }
 
 impl PgWriter {
-    pub fn new(shared: Arc<PgShared>, durability: Durability) -> PgWriter {
-        PgWriter { shared, durability, client: None }
+    pub fn new(shared: Arc<PgShared>, durability: Durability, merge_tags: Option<String>) -> PgWriter {
+        PgWriter { shared, durability, client: None, merge_tags }
     }
 
     pub fn run(mut self, incoming: Receiver<Command>) {
@@ -108,6 +112,13 @@ impl PgWriter {
             self.client = None;
             outcome = self.decide_and_commit(&group);
         }
+        if let Err(Failed { merge_refused: true, .. }) = outcome {
+            // The merge function was dropped or its EXECUTE revoked since the open: the group
+            // was rolled back whole, so it is decided again without merging, as on a context
+            // that never had one.
+            self.merge_tags = None;
+            outcome = self.decide_and_commit(&group);
+        }
         let answers = match outcome {
             Ok(verdicts) => verdicts
                 .into_iter()
@@ -141,6 +152,7 @@ impl PgWriter {
             error: with_outcome(pg_error(&format!("{what} in {url}"), e), "it was not committed; it is safe to retry"),
             verdicts: Vec::new(),
             stale_connection: false,
+            merge_refused: false,
         };
         let reused = self.client.as_ref().is_some_and(|client| !client.is_closed());
         if !reused {
@@ -148,6 +160,7 @@ impl PgWriter {
                 error: with_outcome(error, "it was not committed; it is safe to retry"),
                 verdicts: Vec::new(),
                 stale_connection: false,
+                merge_refused: false,
             })?);
         }
         let client = self.client.as_mut().expect("connected above");
@@ -183,7 +196,7 @@ impl PgWriter {
                 format!("context {:?} is no longer in {url}; it was not committed", shared.context),
                 std::io::ErrorKind::NotFound,
             );
-            return Err(Failed { error, verdicts: Vec::new(), stale_connection: false });
+            return Err(Failed { error, verdicts: Vec::new(), stale_connection: false, merge_refused: false });
         };
         let committed_head = row.get::<_, i64>(0) as u64;
         let last_recorded_at = row.get::<_, i64>(1) as u64;
@@ -249,13 +262,20 @@ impl PgWriter {
             return Err(fail("cannot insert the events", &e, verdicts));
         }
         let channel = format!("lapilli_{}", shared.context);
+        // The tags index's pending list is merged before the commit, so no committed state
+        // leaves one for tag looks to scan (`sql::merge_tags_function`).
+        let merge = self.merge_tags.as_deref().map(|call| format!(", {call}")).unwrap_or_default();
         let moved = tx.query_typed(
-            "WITH moved AS (UPDATE lapilli_contexts SET head = $2, last_recorded_at = $3 WHERE name = $1 RETURNING head) \
-             SELECT pg_notify($4, head::text) FROM moved",
+            &format!(
+                "WITH moved AS (UPDATE lapilli_contexts SET head = $2, last_recorded_at = $3 WHERE name = $1 RETURNING head) \
+                 SELECT pg_notify($4, head::text){merge} FROM moved"
+            ),
             &[(&shared.context, Type::TEXT), (&(head as i64), Type::INT8), (&recorded_at, Type::INT8), (&channel, Type::TEXT)],
         );
         if let Err(e) = moved {
-            return Err(fail("cannot move the head", &e, verdicts));
+            let merge_refused = self.merge_tags.is_some()
+                && e.code().is_some_and(|code| *code == SqlState::INSUFFICIENT_PRIVILEGE || *code == SqlState::UNDEFINED_FUNCTION);
+            return Err(Failed { merge_refused, ..fail("cannot move the head", &e, verdicts) });
         }
         // The `fsync` figures of `Store::stats` are, here, the COMMIT's round trip: the server's
         // WAL flush (with `synchronous_commit` on) and the network.
@@ -281,7 +301,7 @@ impl PgWriter {
                         "its outcome is unknown (it may be committed); retry it with an existence clause \
                          (fail_if_exists on a tag unique to this append) so that it is appended at most once",
                     );
-                    return Err(Failed { error, verdicts, stale_connection: false });
+                    return Err(Failed { error, verdicts, stale_connection: false, merge_refused: false });
                 }
             },
         }
@@ -304,6 +324,9 @@ struct Failed {
     /// BEGIN failed on a connection kept from an earlier group because the server had closed
     /// it: nothing of this group reached the server.
     stale_connection: bool,
+    /// The merge of the tags index (`PgWriter::merge_tags`) was refused: the function is gone
+    /// or may no longer be called. The group was rolled back.
+    merge_refused: bool,
 }
 
 /// Whether a failed BEGIN says the connection is gone: any failure that is not the server's

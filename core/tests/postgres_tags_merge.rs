@@ -1,0 +1,101 @@
+//! The tags index's pending list on a Postgres context: the writer merges it in every group's
+//! transaction, so no committed state leaves one for tag looks to scan, whether or not the
+//! writer's user owns the tables; and a writer that may not merge still appends. Needs
+//! `LAPILLI_TEST_POSTGRES_URL` (`scripts/postgres.sh start`, whose user is the cluster's
+//! superuser, so it can make a role that owns nothing); without it every test says it was
+//! skipped, unless `LAPILLI_REQUIRE_POSTGRES` is set.
+
+mod common;
+
+use common::postgres::{context_url, database_url, fresh_context};
+use lapilli_core::{Event, Options, Query, ReadOptions, Store};
+
+/// Pages in the pending list of `context`'s tags index, taken out of it: what the writer left.
+/// Asked as the superuser (only the index's owner may merge).
+fn merge_what_is_left(admin: &mut postgres::Client, context: &str) -> i64 {
+    admin
+        .query_one(&format!("SELECT gin_clean_pending_list('lapilli_events_{context}_tags'::regclass)"), &[])
+        .unwrap()
+        .get(0)
+}
+
+/// A batch of events whose tags are all new: their entries fill several pending-list pages.
+fn batch(from: usize, n: usize) -> Vec<Event> {
+    (from..from + n).map(|i| Event::new("Seeded", [format!("entity:{i}"), format!("s10:{}", i % 10)], vec![1; 16])).collect()
+}
+
+fn read_tag(store: &Store, tag: &str) -> usize {
+    store.read(&Query::for_tags([tag]), ReadOptions::default()).unwrap().collect_all().unwrap().len()
+}
+
+/// The superuser's URL with another user in it.
+fn as_user(base: &str, user: &str) -> String {
+    let rest = base.split_once('@').expect("user@ in LAPILLI_TEST_POSTGRES_URL").1;
+    format!("postgresql://{user}@{rest}")
+}
+
+#[test]
+fn the_writer_leaves_no_pending_list_and_the_index_has_one() {
+    let Some(base) = database_url() else { return };
+    let context = fresh_context("merge_owner");
+    let store = Store::open(context_url(&base, &context), Options::default()).unwrap();
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    store.append(batch(0, 2000), None).unwrap();
+    assert_eq!(merge_what_is_left(&mut admin, &context), 0, "the writer's group left a pending list");
+
+    // The same rows written past the writer fill a pending list: the index has one, so the
+    // zero above is the writer's merge and not an index without `fastupdate`.
+    admin
+        .batch_execute(&format!(
+            "INSERT INTO lapilli_events_{context} SELECT 100000 + i, 'Seeded', ARRAY['entity:x' || i], '\\x01', 0 \
+             FROM generate_series(1, 2000) i"
+        ))
+        .unwrap();
+    assert!(merge_what_is_left(&mut admin, &context) > 0, "an insert by another client left no pending list");
+    admin.batch_execute(&format!("DELETE FROM lapilli_events_{context} WHERE position > 100000")).unwrap();
+
+    assert_eq!(read_tag(&store, "entity:7"), 1);
+    assert_eq!(read_tag(&store, "s10:3"), 200);
+    store.close().unwrap();
+}
+
+#[test]
+fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
+    let Some(base) = database_url() else { return };
+    let context = fresh_context("merge_role");
+    let role = format!("lapilli_w_{}", &context["merge_role_".len()..]);
+    let events = format!("lapilli_events_{context}");
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
+    // A role that owns nothing and may do only what a writer does.
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN NOSUPERUSER; \
+             GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; \
+             GRANT SELECT, INSERT ON {events} TO {role};"
+        ))
+        .unwrap();
+    let url = context_url(&as_user(&base, &role), &context);
+
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(batch(0, 2000), None).unwrap();
+    assert_eq!(merge_what_is_left(&mut admin, &context), 0, "a writer that does not own the index left a pending list");
+
+    // EXECUTE revoked under an open handle: its next group is refused the merge, rolled back,
+    // and decided again without it, so it still commits, and leaves a pending list.
+    admin.batch_execute(&format!("REVOKE EXECUTE ON FUNCTION lapilli_merge_{context}() FROM PUBLIC")).unwrap();
+    let result = store.append(batch(2000, 2000), None).unwrap();
+    assert_eq!((result.first.get(), result.last.get()), (2001, 4000));
+    assert_eq!(store.head().unwrap().get(), 4000);
+    assert!(merge_what_is_left(&mut admin, &context) > 0, "the writer merged after EXECUTE was revoked");
+    store.close().unwrap();
+
+    // Opened again, the handle sees it may not merge, and appends without trying.
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(batch(4000, 2000), None).unwrap();
+    assert!(merge_what_is_left(&mut admin, &context) > 0, "a writer that may not merge left no pending list");
+    assert_eq!(read_tag(&store, "s10:3"), 600);
+    assert_eq!(read_tag(&store, "entity:4321"), 1);
+    store.close().unwrap();
+    admin.batch_execute(&format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role}")).unwrap();
+}
