@@ -217,8 +217,7 @@ impl PgStore {
         let channel = sql::quote_ident(&format!("lapilli_{}", parsed.context));
         let merge_tags = match read_only {
             true => None,
-            false => sql::can_merge_tags(&mut client, &parsed.context, &parsed.redacted)?
-                .then(|| format!("{}()", sql::merge_tags_function(&parsed.context))),
+            false => sql::merge_tags_call(&mut client, &parsed.context, &parsed.redacted)?,
         };
         let shared = Arc::new(PgShared {
             connector: parsed.connector,

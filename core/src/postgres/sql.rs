@@ -87,19 +87,22 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
             ))
             .map_err(|e| fail("cannot create the events table", &e))?;
             // The index's qualified name, fixed now: the function runs with its own search
-            // path, and a later change of the writer's must not point it at another index.
-            let index_tags_qualified: String = tx
-                .query_typed_one("SELECT quote_ident(current_schema()) || '.' || $1", &[(&index_tags, Type::TEXT)])
-                .map_err(|e| fail("cannot name the tags index", &e))?
+            // path, and a later change of the writer's must not point it at another index. The
+            // statement is written by the server (`format`'s `%I` and `%L`), since the schema's
+            // name may hold any character.
+            let create_function: String = tx
+                .query_typed_one(
+                    "SELECT format('CREATE OR REPLACE FUNCTION %I.%I() RETURNS bigint LANGUAGE sql SECURITY DEFINER \
+                                    SET search_path = pg_catalog, pg_temp AS %L', \
+                                   current_schema(), $1::text, \
+                                   format('SELECT pg_catalog.gin_clean_pending_list(%L::regclass)', \
+                                          format('%I.%I', current_schema(), $2::text)))",
+                    &[(&merge_tags_name(context), Type::TEXT), (&format!("lapilli_events_{context}_tags"), Type::TEXT)],
+                )
+                .map_err(|e| fail("cannot write the function that merges the tags index", &e))?
                 .get(0);
-            let merge = merge_tags_function(context);
-            let literal = index_tags_qualified.replace('\'', "''");
-            tx.batch_execute(&format!(
-                "CREATE OR REPLACE FUNCTION {merge}() RETURNS bigint LANGUAGE sql SECURITY DEFINER \
-                     SET search_path = pg_catalog, pg_temp \
-                     AS $lapilli$ SELECT gin_clean_pending_list('{literal}'::regclass) $lapilli$"
-            ))
-            .map_err(|e| fail("cannot create the function that merges the tags index", &e))?;
+            tx.batch_execute(&create_function)
+                .map_err(|e| fail("cannot create the function that merges the tags index", &e))?;
             tx.query_typed(
                 "INSERT INTO lapilli_contexts (name, schema_version) VALUES ($1, $2)",
                 &[(&context, Type::TEXT), (&SCHEMA_VERSION, Type::INT4)],
@@ -115,7 +118,7 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
 /// scans beyond the index proper while a writer that cannot merge (below) writes.
 const PENDING_LIST_KIB: u32 = 4096;
 
-/// The function that merges the tags index's pending list into the index proper, quoted.
+/// The name of the function that merges the tags index's pending list into the index proper.
 ///
 /// The tags index takes new entries into its pending list (`fastupdate`), which costs a
 /// fraction of inserting them one by one into their posting lists: the merge sorts a group's
@@ -125,24 +128,38 @@ const PENDING_LIST_KIB: u32 = 4096;
 /// needs the index's owner (`gin_clean_pending_list` checks): the function is `SECURITY
 /// DEFINER`, created by the context's creator, so a writer that does not own the tables merges
 /// too.
-pub fn merge_tags_function(context: &str) -> String {
-    quote_ident(&format!("lapilli_merge_{context}"))
+fn merge_tags_name(context: &str) -> String {
+    format!("lapilli_merge_{context}")
 }
 
-/// Whether this connection's user may call the context's merge function: false for a context
-/// created before there was one (its index then has no pending list) and where `EXECUTE` was
-/// revoked (its pending list is then merged by the server once it outgrows
-/// `PENDING_LIST_KIB`, or by autovacuum).
-pub fn can_merge_tags(client: &mut Client, context: &str, redacted: &str) -> Result<bool> {
-    let signature = format!("{}()", merge_tags_function(context));
-    let row = client
-        .query_typed_one(
-            "SELECT CASE WHEN to_regprocedure($1) IS NULL THEN false \
-                    ELSE has_function_privilege(to_regprocedure($1), 'EXECUTE') END",
-            &[(&signature, Type::TEXT)],
+/// The call that merges the context's tags index, schema-qualified as this open found it, or
+/// None where this connection's user may not make it: a context created before there was a
+/// merge function (its index has no pending list), `EXECUTE` refused, or a function whose owner
+/// no longer owns the index (the tables given to another role), whose call would fail. Without
+/// a merge the server merges the list once it outgrows `PENDING_LIST_KIB`, and autovacuum does.
+pub fn merge_tags_call(client: &mut Client, context: &str, redacted: &str) -> Result<Option<String>> {
+    let rows = client
+        .query_typed(
+            "SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '()' \
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace, pg_class i \
+             WHERE p.oid = to_regprocedure($1) AND i.oid = to_regclass($2) \
+               AND has_function_privilege(p.oid, 'EXECUTE') AND pg_has_role(p.proowner, i.relowner, 'USAGE')",
+            &[
+                (&format!("{}()", quote_ident(&merge_tags_name(context))), Type::TEXT),
+                (&quote_ident(&format!("lapilli_events_{context}_tags")), Type::TEXT),
+            ],
         )
         .map_err(|e| pg_error(&format!("cannot look up the merge function of context {context:?} in {redacted}"), &e))?;
-    Ok(row.get(0))
+    Ok(rows.first().map(|row| row.get(0)))
+}
+
+/// Whether `e` was raised by the merge function's call or body: the function is gone, may not
+/// be called, or fails inside (its index renamed or moved since it was written).
+pub fn is_merge_failure(e: &postgres::Error) -> bool {
+    let Some(db) = e.as_db_error() else { return false };
+    *db.code() == postgres::error::SqlState::INSUFFICIENT_PRIVILEGE
+        || *db.code() == postgres::error::SqlState::UNDEFINED_FUNCTION
+        || db.where_().is_some_and(|place| place.contains("lapilli_merge_"))
 }
 
 pub fn head(client: &mut Client, context: &str, redacted: &str) -> Result<u64> {

@@ -12,7 +12,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postgres::binary_copy::BinaryCopyInWriter;
-use postgres::error::{Severity, SqlState};
+use postgres::error::Severity;
 use postgres::types::Type;
 use postgres::{Client, Transaction};
 
@@ -68,7 +68,7 @@ pub(crate) struct PgWriter {
     shared: Arc<PgShared>,
     durability: Durability,
     client: Option<Client>,
-    /// The call that merges the tags index's pending list (`sql::merge_tags_function`), made in
+    /// The call that merges the tags index's pending list (`sql::merge_tags_call`), made in
     /// every group's transaction; None for a context made before there was one, or a user who
     /// may not call it (then the server merges once the list outgrows the index's limit).
     merge_tags: Option<String>,
@@ -113,9 +113,9 @@ impl PgWriter {
             outcome = self.decide_and_commit(&group);
         }
         if let Err(Failed { merge_refused: true, .. }) = outcome {
-            // The merge function was dropped or its EXECUTE revoked since the open: the group
-            // was rolled back whole, so it is decided again without merging, as on a context
-            // that never had one.
+            // The merge function was dropped, its EXECUTE revoked or its index moved since the
+            // open: the group was rolled back whole, so it is decided again without merging, as
+            // on a context that never had one, and so is every later group of this handle.
             self.merge_tags = None;
             outcome = self.decide_and_commit(&group);
         }
@@ -263,7 +263,7 @@ impl PgWriter {
         }
         let channel = format!("lapilli_{}", shared.context);
         // The tags index's pending list is merged before the commit, so no committed state
-        // leaves one for tag looks to scan (`sql::merge_tags_function`).
+        // leaves one for tag looks to scan (`sql::merge_tags_name`).
         let merge = self.merge_tags.as_deref().map(|call| format!(", {call}")).unwrap_or_default();
         let moved = tx.query_typed(
             &format!(
@@ -273,8 +273,7 @@ impl PgWriter {
             &[(&shared.context, Type::TEXT), (&(head as i64), Type::INT8), (&recorded_at, Type::INT8), (&channel, Type::TEXT)],
         );
         if let Err(e) = moved {
-            let merge_refused = self.merge_tags.is_some()
-                && e.code().is_some_and(|code| *code == SqlState::INSUFFICIENT_PRIVILEGE || *code == SqlState::UNDEFINED_FUNCTION);
+            let merge_refused = self.merge_tags.is_some() && super::sql::is_merge_failure(&e);
             return Err(Failed { merge_refused, ..fail("cannot move the head", &e, verdicts) });
         }
         // The `fsync` figures of `Store::stats` are, here, the COMMIT's round trip: the server's
@@ -324,8 +323,8 @@ struct Failed {
     /// BEGIN failed on a connection kept from an earlier group because the server had closed
     /// it: nothing of this group reached the server.
     stale_connection: bool,
-    /// The merge of the tags index (`PgWriter::merge_tags`) was refused: the function is gone
-    /// or may no longer be called. The group was rolled back.
+    /// The merge of the tags index (`PgWriter::merge_tags`) failed (`sql::is_merge_failure`).
+    /// The group was rolled back.
     merge_refused: bool,
 }
 
