@@ -133,33 +133,55 @@ fn merge_tags_name(context: &str) -> String {
 }
 
 /// The call that merges the context's tags index, schema-qualified as this open found it, or
-/// None where this connection's user may not make it: a context created before there was a
-/// merge function (its index has no pending list), `EXECUTE` refused, or a function whose owner
-/// no longer owns the index (the tables given to another role), whose call would fail. Without
-/// a merge the server merges the list once it outgrows `PENDING_LIST_KIB`, and autovacuum does.
+/// None where this connection's user may not make it or it would fail: a context created
+/// before there was a merge function (its index has no pending list), `EXECUTE` refused, a
+/// function whose owner no longer owns the index (the tables given to another role), or one
+/// whose body no longer names the index of its own schema (the schema or the index renamed).
+/// Without a merge the server merges the list once it outgrows `PENDING_LIST_KIB`, and
+/// autovacuum does.
 pub fn merge_tags_call(client: &mut Client, context: &str, redacted: &str) -> Result<Option<String>> {
     let rows = client
         .query_typed(
             "SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '()' \
-             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace, pg_class i \
-             WHERE p.oid = to_regprocedure($1) AND i.oid = to_regclass($2) \
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             JOIN pg_class i ON i.oid = to_regclass(format('%I.%I', n.nspname, $2::text)) \
+             WHERE p.oid = to_regprocedure($1) \
+               AND p.prosrc = format('SELECT pg_catalog.gin_clean_pending_list(%L::regclass)', format('%I.%I', n.nspname, $2::text)) \
                AND has_function_privilege(p.oid, 'EXECUTE') AND pg_has_role(p.proowner, i.relowner, 'USAGE')",
             &[
                 (&format!("{}()", quote_ident(&merge_tags_name(context))), Type::TEXT),
-                (&quote_ident(&format!("lapilli_events_{context}_tags")), Type::TEXT),
+                (&format!("lapilli_events_{context}_tags"), Type::TEXT),
             ],
         )
         .map_err(|e| pg_error(&format!("cannot look up the merge function of context {context:?} in {redacted}"), &e))?;
     Ok(rows.first().map(|row| row.get(0)))
 }
 
-/// Whether `e` was raised by the merge function's call or body: the function is gone, may not
-/// be called, or fails inside (its index renamed or moved since it was written).
-pub fn is_merge_failure(e: &postgres::Error) -> bool {
-    let Some(db) = e.as_db_error() else { return false };
-    *db.code() == postgres::error::SqlState::INSUFFICIENT_PRIVILEGE
-        || *db.code() == postgres::error::SqlState::UNDEFINED_FUNCTION
-        || db.where_().is_some_and(|place| place.contains("lapilli_merge_"))
+/// How a statement that called the merge function failed because of it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MergeFailure {
+    /// It will fail again: the function is gone, may not be called, or its body names an
+    /// index that is no longer there (renamed or moved since the open). The handle stops merging.
+    Lasting,
+    /// Something that may pass raised inside it (a statement timeout or a cancel, a lock
+    /// timeout, a deadlock, memory): the group is decided again without it, and the next merges.
+    Once,
+}
+
+/// Whether, and how, `e` was the merge's: raised inside the function (its `where_` names it) or
+/// about it (its message does: the function missing, `EXECUTE` refused). Any other error of the
+/// statement that calls it (UPDATE of the head refused, say) is the group's own, not retried.
+pub fn merge_failure(e: &postgres::Error) -> Option<MergeFailure> {
+    let db = e.as_db_error()?;
+    let names_merge = |text: &str| text.contains("lapilli_merge_");
+    let inside = db.where_().is_some_and(names_merge);
+    let about = names_merge(db.message());
+    if !inside && !about {
+        return None;
+    }
+    // Class 42 (undefined objects, privileges) and 3F (undefined schema) do not pass by themselves.
+    let code = db.code().code();
+    Some(if code.starts_with("42") || code.starts_with("3F") { MergeFailure::Lasting } else { MergeFailure::Once })
 }
 
 pub fn head(client: &mut Client, context: &str, redacted: &str) -> Result<u64> {

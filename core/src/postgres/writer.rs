@@ -16,7 +16,7 @@ use postgres::error::Severity;
 use postgres::types::Type;
 use postgres::{Client, Transaction};
 
-use super::sql::Condition;
+use super::sql::{Condition, MergeFailure, merge_failure};
 use super::{PgShared, pg_error};
 use crate::append::{AppendCondition, AppendResult};
 use crate::error::{Error, ErrorKind, Result};
@@ -112,12 +112,15 @@ impl PgWriter {
             self.client = None;
             outcome = self.decide_and_commit(&group);
         }
-        if let Err(Failed { merge_refused: true, .. }) = outcome {
-            // The merge function was dropped, its EXECUTE revoked or its index moved since the
-            // open: the group was rolled back whole, so it is decided again without merging, as
-            // on a context that never had one, and so is every later group of this handle.
-            self.merge_tags = None;
-            outcome = self.decide_and_commit(&group);
+        if let Err(Failed { merge_failed: Some(failure), .. }) = outcome {
+            // The merge failed (`sql::merge_failure`): the statement failed before COMMIT was
+            // sent, so the group was rolled back whole and is decided again without merging, as
+            // on a context that never had a merge; after a lasting failure (the function dropped
+            // or revoked, its index moved since the open), so is every later group of this handle.
+            if failure == MergeFailure::Lasting {
+                self.merge_tags = None;
+            }
+            outcome = self.decide_and_commit_as(&group, false);
         }
         let answers = match outcome {
             Ok(verdicts) => verdicts
@@ -146,13 +149,18 @@ impl PgWriter {
     }
 
     fn decide_and_commit(&mut self, group: &[PgAppend]) -> std::result::Result<Vec<Verdict>, Failed> {
+        self.decide_and_commit_as(group, true)
+    }
+
+    /// Decides and commits `group`, merging the tags index if `merge` and the handle can.
+    fn decide_and_commit_as(&mut self, group: &[PgAppend], merge: bool) -> std::result::Result<Vec<Verdict>, Failed> {
         let shared = self.shared.clone();
         let url = &shared.redacted;
         let not_committed = |what: &str, e: &postgres::Error| Failed {
             error: with_outcome(pg_error(&format!("{what} in {url}"), e), "it was not committed; it is safe to retry"),
             verdicts: Vec::new(),
             stale_connection: false,
-            merge_refused: false,
+            merge_failed: None,
         };
         let reused = self.client.as_ref().is_some_and(|client| !client.is_closed());
         if !reused {
@@ -160,7 +168,7 @@ impl PgWriter {
                 error: with_outcome(error, "it was not committed; it is safe to retry"),
                 verdicts: Vec::new(),
                 stale_connection: false,
-                merge_refused: false,
+                merge_failed: None,
             })?);
         }
         let client = self.client.as_mut().expect("connected above");
@@ -196,7 +204,7 @@ impl PgWriter {
                 format!("context {:?} is no longer in {url}; it was not committed", shared.context),
                 std::io::ErrorKind::NotFound,
             );
-            return Err(Failed { error, verdicts: Vec::new(), stale_connection: false, merge_refused: false });
+            return Err(Failed { error, verdicts: Vec::new(), stale_connection: false, merge_failed: None });
         };
         let committed_head = row.get::<_, i64>(0) as u64;
         let last_recorded_at = row.get::<_, i64>(1) as u64;
@@ -264,7 +272,8 @@ impl PgWriter {
         let channel = format!("lapilli_{}", shared.context);
         // The tags index's pending list is merged before the commit, so no committed state
         // leaves one for tag looks to scan (`sql::merge_tags_name`).
-        let merge = self.merge_tags.as_deref().map(|call| format!(", {call}")).unwrap_or_default();
+        let merge_call = self.merge_tags.as_deref().filter(|_| merge);
+        let merge = merge_call.map(|call| format!(", {call}")).unwrap_or_default();
         let moved = tx.query_typed(
             &format!(
                 "WITH moved AS (UPDATE lapilli_contexts SET head = $2, last_recorded_at = $3 WHERE name = $1 RETURNING head) \
@@ -273,8 +282,8 @@ impl PgWriter {
             &[(&shared.context, Type::TEXT), (&(head as i64), Type::INT8), (&recorded_at, Type::INT8), (&channel, Type::TEXT)],
         );
         if let Err(e) = moved {
-            let merge_refused = self.merge_tags.is_some() && super::sql::is_merge_failure(&e);
-            return Err(Failed { merge_refused, ..fail("cannot move the head", &e, verdicts) });
+            let merge_failed = merge_call.and_then(|_| merge_failure(&e));
+            return Err(Failed { merge_failed, ..fail("cannot move the head", &e, verdicts) });
         }
         // The `fsync` figures of `Store::stats` are, here, the COMMIT's round trip: the server's
         // WAL flush (with `synchronous_commit` on) and the network.
@@ -300,7 +309,7 @@ impl PgWriter {
                         "its outcome is unknown (it may be committed); retry it with an existence clause \
                          (fail_if_exists on a tag unique to this append) so that it is appended at most once",
                     );
-                    return Err(Failed { error, verdicts, stale_connection: false, merge_refused: false });
+                    return Err(Failed { error, verdicts, stale_connection: false, merge_failed: None });
                 }
             },
         }
@@ -323,9 +332,9 @@ struct Failed {
     /// BEGIN failed on a connection kept from an earlier group because the server had closed
     /// it: nothing of this group reached the server.
     stale_connection: bool,
-    /// The merge of the tags index (`PgWriter::merge_tags`) failed (`sql::is_merge_failure`).
-    /// The group was rolled back.
-    merge_refused: bool,
+    /// The merge of the tags index (`PgWriter::merge_tags`) failed, and how
+    /// (`sql::merge_failure`). The group was rolled back.
+    merge_failed: Option<MergeFailure>,
 }
 
 /// Whether a failed BEGIN says the connection is gone: any failure that is not the server's
