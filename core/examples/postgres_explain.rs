@@ -88,6 +88,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!("```");
     }
-    client.batch_execute(&format!("DROP TABLE {table}; DELETE FROM lapilli_contexts WHERE name = '{context}'"))?;
+    client.batch_execute(&format!("DROP TABLE {table}; DROP FUNCTION IF EXISTS \"lapilli_merge_{context}\"(); DELETE FROM lapilli_contexts WHERE name = '{context}'"))?;
     Ok(())
 }

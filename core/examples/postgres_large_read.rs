@@ -49,6 +49,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     store.close()?;
     let mut client = postgres::Client::connect(&base, postgres::NoTls)?;
-    client.batch_execute(&format!("DROP TABLE \"lapilli_events_{context}\"; DELETE FROM lapilli_contexts WHERE name = '{context}'"))?;
+    client.batch_execute(&format!("DROP TABLE \"lapilli_events_{context}\"; DROP FUNCTION IF EXISTS \"lapilli_merge_{context}\"(); DELETE FROM lapilli_contexts WHERE name = '{context}'"))?;
     Ok(())
 }
