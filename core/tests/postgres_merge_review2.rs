@@ -10,22 +10,9 @@
 
 mod common;
 
-use common::postgres::{context_url, database_url, fresh_context};
-use lapilli_core::{Event, Options, Store};
+use common::postgres::{as_user, context_suffix, context_url, database_url, fresh_context, merge_batch};
+use lapilli_core::{Options, Store};
 use postgres::Client;
-
-fn batch(from: usize, n: usize) -> Vec<Event> {
-    (from..from + n).map(|i| Event::new("Seeded", [format!("entity:{i}"), format!("s10:{}", i % 10)], vec![1; 16])).collect()
-}
-
-fn as_user(base: &str, user: &str) -> String {
-    let rest = base.split_once('@').unwrap().1;
-    format!("postgresql://{user}@{rest}")
-}
-
-fn suffix(context: &str) -> String {
-    context.rsplit('_').next().unwrap().to_string()
-}
 
 /// Runs the statement `template` (a `format` string) with `args` as `%I`/`%L` arguments, written
 /// by the server so that any name is quoted right.
@@ -82,7 +69,7 @@ fn drop_counter(admin: &mut Client, n: &str) {
 #[test]
 fn schemas_of_any_name_hold_a_context_whose_writer_merges() {
     let Some(base) = database_url() else { return };
-    let n = suffix(&fresh_context("x"));
+    let n = context_suffix(&fresh_context("x"));
     let names = [
         format!("a'b_{n}"),
         format!("back\\slash\\'_{n}"),
@@ -106,7 +93,7 @@ fn schemas_of_any_name_hold_a_context_whose_writer_merges() {
             run_formatted(&mut admin, "ALTER ROLE %I SET standard_conforming_strings = off", &[&role]);
         }
         let outcome = Store::open(context_url(&as_user(&base, &role), &context), Options::default()).and_then(|store| {
-            let appended = store.append(batch(0, 2000), None).map(|r| r.last.get());
+            let appended = store.append(merge_batch(0, 2000), None).map(|r| r.last.get());
             store.close()?;
             appended
         });
@@ -134,7 +121,7 @@ fn schemas_of_any_name_hold_a_context_whose_writer_merges() {
 fn after_the_tables_change_owner_each_group_is_attempted_once() {
     let Some(base) = database_url() else { return };
     let context = fresh_context("rv2_owner");
-    let n = suffix(&context);
+    let n = context_suffix(&context);
     let (creator, owner) = (format!("rv2_creator_{n}"), format!("rv2_owner_{n}"));
     let events = format!("lapilli_events_{context}");
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
@@ -152,7 +139,7 @@ fn after_the_tables_change_owner_each_group_is_attempted_once() {
         .unwrap();
     count_attempts(&mut admin, "public", &context, &n);
     let store = Store::open(&url, Options::default()).unwrap();
-    let appended = store.append(batch(0, 100), None).map(|r| r.last.get());
+    let appended = store.append(merge_batch(0, 100), None).map(|r| r.last.get());
     store.close().unwrap();
     let tries = attempts(&mut admin, &n);
     drop_counter(&mut admin, &n);
@@ -170,7 +157,7 @@ fn after_the_tables_change_owner_each_group_is_attempted_once() {
 fn a_handle_opened_without_execute_attempts_each_group_once() {
     let Some(base) = database_url() else { return };
     let context = fresh_context("rv2_exec");
-    let n = suffix(&context);
+    let n = context_suffix(&context);
     let role = format!("rv2_w_{n}");
     let events = format!("lapilli_events_{context}");
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
@@ -183,7 +170,7 @@ fn a_handle_opened_without_execute_attempts_each_group_once() {
         .unwrap();
     count_attempts(&mut admin, "public", &context, &n);
     let store = Store::open(context_url(&as_user(&base, &role), &context), Options::default()).unwrap();
-    let appended = store.append(batch(0, 100), None).map(|r| r.last.get());
+    let appended = store.append(merge_batch(0, 100), None).map(|r| r.last.get());
     store.close().unwrap();
     let tries = attempts(&mut admin, &n);
     drop_counter(&mut admin, &n);
@@ -199,7 +186,7 @@ fn a_handle_opened_without_execute_attempts_each_group_once() {
 fn after_the_schema_is_renamed_each_group_is_attempted_once() {
     let Some(base) = database_url() else { return };
     let context = fresh_context("rv2_rename");
-    let n = suffix(&context);
+    let n = context_suffix(&context);
     let (role, old, new) = (format!("rv2_r_{n}"), format!("rv2_old_{n}"), format!("rv2_new_{n}"));
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
     admin
@@ -214,7 +201,7 @@ fn after_the_schema_is_renamed_each_group_is_attempted_once() {
     let mut tries = Vec::new();
     for round in 0..2 {
         let store = Store::open(&url, Options::default()).unwrap();
-        store.append(batch(round * 10, 10), None).unwrap();
+        store.append(merge_batch(round * 10, 10), None).unwrap();
         store.close().unwrap();
         tries.push(attempts(&mut admin, &n));
     }
@@ -230,7 +217,7 @@ fn after_the_schema_is_renamed_each_group_is_attempted_once() {
 fn an_update_refused_for_a_moment_does_not_stop_the_merge() {
     let Some(base) = database_url() else { return };
     let context = fresh_context("rv2_update");
-    let n = suffix(&context);
+    let n = context_suffix(&context);
     let role = format!("rv2_u_{n}");
     let events = format!("lapilli_events_{context}");
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
@@ -241,12 +228,12 @@ fn an_update_refused_for_a_moment_does_not_stop_the_merge() {
         ))
         .unwrap();
     let store = Store::open(context_url(&as_user(&base, &role), &context), Options::default()).unwrap();
-    store.append(batch(0, 2000), None).unwrap();
+    store.append(merge_batch(0, 2000), None).unwrap();
     let merged_first = pending_pages(&mut admin, "public", &context);
     admin.batch_execute(&format!("REVOKE UPDATE ON lapilli_contexts FROM {role}; GRANT UPDATE (created_at) ON lapilli_contexts TO {role};")).unwrap();
-    let refused = store.append(batch(2000, 10), None).map_err(|e| e.to_string());
+    let refused = store.append(merge_batch(2000, 10), None).map_err(|e| e.to_string());
     admin.batch_execute(&format!("GRANT UPDATE ON lapilli_contexts TO {role}")).unwrap();
-    let appended = store.append(batch(2000, 2000), None).map(|r| r.last.get());
+    let appended = store.append(merge_batch(2000, 2000), None).map(|r| r.last.get());
     let left = pending_pages(&mut admin, "public", &context);
     store.close().unwrap();
     let _ = admin.batch_execute(&format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role};"));
@@ -265,7 +252,7 @@ fn an_update_refused_for_a_moment_does_not_stop_the_merge() {
 fn a_merge_cancelled_once_does_not_stop_the_merge() {
     let Some(base) = database_url() else { return };
     let context = fresh_context("rv2_cancel");
-    let n = suffix(&context);
+    let n = context_suffix(&context);
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
     let store = Store::open(context_url(&base, &context), Options::default()).unwrap();
     admin
@@ -277,9 +264,9 @@ fn a_merge_cancelled_once_does_not_stop_the_merge() {
                  RETURN gin_clean_pending_list('public.lapilli_events_{context}_tags'::regclass); END $$;"
         ))
         .unwrap();
-    let appended = store.append(batch(0, 2000), None).map(|r| r.last.get());
+    let appended = store.append(merge_batch(0, 2000), None).map(|r| r.last.get());
     let left_after_timeout = pending_pages(&mut admin, "public", &context);
-    let appended_again = store.append(batch(2000, 2000), None).map(|r| r.last.get());
+    let appended_again = store.append(merge_batch(2000, 2000), None).map(|r| r.last.get());
     let left = pending_pages(&mut admin, "public", &context);
     store.close().unwrap();
     let _ = admin.batch_execute(&format!("DROP SEQUENCE public.rv2_once_{n}"));

@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::postgres::{context_url, database_url, fresh_context};
-use lapilli_core::{Event, Options, Query, ReadOptions, Store};
+use common::postgres::{as_user, context_url, database_url, fresh_context, merge_batch};
+use lapilli_core::{Options, Query, ReadOptions, Store};
 
 /// Pages in the pending list of `context`'s tags index, taken out of it: what the writer left.
 /// Asked as the superuser (only the index's owner may merge).
@@ -19,19 +19,8 @@ fn merge_what_is_left(admin: &mut postgres::Client, context: &str) -> i64 {
         .get(0)
 }
 
-/// A batch of events whose tags are all new: their entries fill several pending-list pages.
-fn batch(from: usize, n: usize) -> Vec<Event> {
-    (from..from + n).map(|i| Event::new("Seeded", [format!("entity:{i}"), format!("s10:{}", i % 10)], vec![1; 16])).collect()
-}
-
 fn read_tag(store: &Store, tag: &str) -> usize {
     store.read(&Query::for_tags([tag]), ReadOptions::default()).unwrap().collect_all().unwrap().len()
-}
-
-/// The superuser's URL with another user in it.
-fn as_user(base: &str, user: &str) -> String {
-    let rest = base.split_once('@').expect("user@ in LAPILLI_TEST_POSTGRES_URL").1;
-    format!("postgresql://{user}@{rest}")
 }
 
 #[test]
@@ -40,7 +29,7 @@ fn the_writer_leaves_no_pending_list_and_the_index_has_one() {
     let context = fresh_context("merge_owner");
     let store = Store::open(context_url(&base, &context), Options::default()).unwrap();
     let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-    store.append(batch(0, 2000), None).unwrap();
+    store.append(merge_batch(0, 2000), None).unwrap();
     assert_eq!(merge_what_is_left(&mut admin, &context), 0, "the writer's group left a pending list");
 
     // The same rows written past the writer fill a pending list: the index has one, so the
@@ -78,13 +67,13 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
     let url = context_url(&as_user(&base, &role), &context);
 
     let store = Store::open(&url, Options::default()).unwrap();
-    store.append(batch(0, 2000), None).unwrap();
+    store.append(merge_batch(0, 2000), None).unwrap();
     assert_eq!(merge_what_is_left(&mut admin, &context), 0, "a writer that does not own the index left a pending list");
 
     // EXECUTE revoked under an open handle: its next group is refused the merge, rolled back,
     // and decided again without it, so it still commits, and leaves a pending list.
     admin.batch_execute(&format!("REVOKE EXECUTE ON FUNCTION lapilli_merge_{context}() FROM PUBLIC")).unwrap();
-    let result = store.append(batch(2000, 2000), None).unwrap();
+    let result = store.append(merge_batch(2000, 2000), None).unwrap();
     assert_eq!((result.first.get(), result.last.get()), (2001, 4000));
     assert_eq!(store.head().unwrap().get(), 4000);
     assert!(merge_what_is_left(&mut admin, &context) > 0, "the writer merged after EXECUTE was revoked");
@@ -92,7 +81,7 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
 
     // Opened again, the handle sees it may not merge, and appends without trying.
     let store = Store::open(&url, Options::default()).unwrap();
-    store.append(batch(4000, 2000), None).unwrap();
+    store.append(merge_batch(4000, 2000), None).unwrap();
     assert!(merge_what_is_left(&mut admin, &context) > 0, "a writer that may not merge left no pending list");
     assert_eq!(read_tag(&store, "s10:3"), 600);
     assert_eq!(read_tag(&store, "entity:4321"), 1);

@@ -47,3 +47,22 @@ pub fn connections_of(base: &str, application: &str) -> (i64, i64) {
         .unwrap();
     (row.get(0), row.get(1))
 }
+
+/// A batch of `n` events of the merge tests, whose `entity:` tags are all new: their entries
+/// fill several pages of a GIN pending list.
+pub fn merge_batch(from: usize, n: usize) -> Vec<lapilli_core::Event> {
+    (from..from + n)
+        .map(|i| lapilli_core::Event::new("Seeded", [format!("entity:{i}"), format!("s10:{}", i % 10)], vec![1; 16]))
+        .collect()
+}
+
+/// The superuser's URL `base` with another user in it.
+pub fn as_user(base: &str, user: &str) -> String {
+    let rest = base.split_once('@').expect("user@ in LAPILLI_TEST_POSTGRES_URL").1;
+    format!("postgresql://{user}@{rest}")
+}
+
+/// The unique tail of a `fresh_context` name, for the roles and schemas a test makes beside it.
+pub fn context_suffix(context: &str) -> String {
+    context.rsplit('_').next().unwrap().to_string()
+}
