@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::postgres::{as_user, context_suffix, context_url, database_url, fresh_context, merge_batch, url_from};
+use common::postgres::{TablesGivenAway, as_user, context_suffix, context_url, database_url, fresh_context, merge_batch, url_from};
 use lapilli_core::{AppendCondition, ErrorKind, Event, Options, Query, Store};
 
 fn pending_pages(admin: &mut postgres::Client, schema: &str, context: &str) -> i64 {
@@ -25,38 +25,19 @@ fn pending_pages(admin: &mut postgres::Client, schema: &str, context: &str) -> i
 #[test]
 fn after_the_tables_change_owner_the_writer_appends_and_merges_once_the_function_follows() {
     let Some(base) = database_url() else { return };
-    let context = fresh_context("rv_owner");
-    let n = context_suffix(&context);
-    let (creator, owner) = (format!("rv_creator_{n}"), format!("rv_owner_{n}"));
-    let events = format!("lapilli_events_{context}");
     let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-    // lapilli_contexts exists already (made here as the superuser if no other test did).
-    Store::open(context_url(&base, &fresh_context("rv_init")), Options::default()).unwrap().close().unwrap();
-    admin
-        .batch_execute(&format!(
-            "CREATE ROLE {creator} LOGIN; CREATE ROLE {owner}; GRANT CREATE ON SCHEMA public TO {creator}; \
-             GRANT SELECT, INSERT, UPDATE ON lapilli_contexts TO {creator};"
-        ))
-        .unwrap();
-    let url = context_url(&as_user(&base, &creator), &context);
-    Store::open(&url, Options::default()).unwrap().close().unwrap();
-    admin
-        .batch_execute(&format!("ALTER TABLE {events} OWNER TO {owner}; GRANT SELECT, INSERT ON {events} TO {creator};"))
-        .unwrap();
-    let store = Store::open(&url, Options::default()).unwrap();
+    let given = TablesGivenAway::make(&mut admin, &base, "rv_owner");
+    let store = Store::open(&given.url, Options::default()).unwrap();
     let appended = store.append(merge_batch(0, 2000), None).map(|r| r.last.get());
     store.close().unwrap();
-    let left_without = pending_pages(&mut admin, "public", &context);
+    let left_without = pending_pages(&mut admin, "public", &given.context);
 
-    admin.batch_execute(&format!("ALTER FUNCTION lapilli_merge_{context}() OWNER TO {owner}")).unwrap();
-    let store = Store::open(&url, Options::default()).unwrap();
+    admin.batch_execute(&format!("ALTER FUNCTION lapilli_merge_{}() OWNER TO {}", given.context, given.owner)).unwrap();
+    let store = Store::open(&given.url, Options::default()).unwrap();
     let appended_again = store.append(merge_batch(2000, 2000), None).map(|r| r.last.get());
     store.close().unwrap();
-    let left_with = pending_pages(&mut admin, "public", &context);
-    let _ = admin.batch_execute(&format!(
-        "DROP TABLE {events}; DROP FUNCTION lapilli_merge_{context}(); DELETE FROM lapilli_contexts WHERE name = '{context}'; \
-         REVOKE ALL ON lapilli_contexts FROM {creator}; REVOKE CREATE ON SCHEMA public FROM {creator}; DROP ROLE {creator}; DROP ROLE {owner};"
-    ));
+    let left_with = pending_pages(&mut admin, "public", &given.context);
+    given.drop(&mut admin);
     assert_eq!(appended.unwrap(), 2000);
     assert!(left_without > 0, "a function whose owner does not own the index merged");
     assert_eq!(appended_again.unwrap(), 4000);

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::postgres::{as_user, context_suffix, context_url, database_url, fresh_context, merge_batch};
+use common::postgres::{TablesGivenAway, as_user, context_suffix, context_url, database_url, fresh_context, merge_batch};
 use lapilli_core::{Options, Store};
 use postgres::Client;
 
@@ -120,33 +120,16 @@ fn schemas_of_any_name_hold_a_context_whose_writer_merges() {
 #[test]
 fn after_the_tables_change_owner_each_group_is_attempted_once() {
     let Some(base) = database_url() else { return };
-    let context = fresh_context("rv2_owner");
-    let n = context_suffix(&context);
-    let (creator, owner) = (format!("rv2_creator_{n}"), format!("rv2_owner_{n}"));
-    let events = format!("lapilli_events_{context}");
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
-    Store::open(context_url(&base, &fresh_context("rv2_init")), Options::default()).unwrap().close().unwrap();
-    admin
-        .batch_execute(&format!(
-            "CREATE ROLE {creator} LOGIN; CREATE ROLE {owner}; GRANT CREATE ON SCHEMA public TO {creator}; \
-             GRANT SELECT, INSERT, UPDATE ON lapilli_contexts TO {creator};"
-        ))
-        .unwrap();
-    let url = context_url(&as_user(&base, &creator), &context);
-    Store::open(&url, Options::default()).unwrap().close().unwrap();
-    admin
-        .batch_execute(&format!("ALTER TABLE {events} OWNER TO {owner}; GRANT SELECT, INSERT ON {events} TO {creator};"))
-        .unwrap();
-    count_attempts(&mut admin, "public", &context, &n);
-    let store = Store::open(&url, Options::default()).unwrap();
+    let given = TablesGivenAway::make(&mut admin, &base, "rv2_owner");
+    let n = context_suffix(&given.context);
+    count_attempts(&mut admin, "public", &given.context, &n);
+    let store = Store::open(&given.url, Options::default()).unwrap();
     let appended = store.append(merge_batch(0, 100), None).map(|r| r.last.get());
     store.close().unwrap();
     let tries = attempts(&mut admin, &n);
     drop_counter(&mut admin, &n);
-    let _ = admin.batch_execute(&format!(
-        "DROP TABLE {events}; DROP FUNCTION lapilli_merge_{context}(); DELETE FROM lapilli_contexts WHERE name = '{context}'; \
-         REVOKE ALL ON lapilli_contexts FROM {creator}; REVOKE CREATE ON SCHEMA public FROM {creator}; DROP ROLE {creator}; DROP ROLE {owner};"
-    ));
+    given.drop(&mut admin);
     assert_eq!(appended.unwrap(), 100);
     assert_eq!(tries, 1, "the group was rolled back and decided again");
 }

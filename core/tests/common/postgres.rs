@@ -66,3 +66,49 @@ pub fn as_user(base: &str, user: &str) -> String {
 pub fn context_suffix(context: &str) -> String {
     context.rsplit('_').next().unwrap().to_string()
 }
+
+/// A context made by a login role that owns nothing else, whose tables were then given to
+/// another role (a migration role taking them over: `ALTER TABLE ... OWNER TO`); the maker keeps
+/// `SELECT, INSERT` and its function still belongs to it. `url` is the maker's URL of the context.
+pub struct TablesGivenAway {
+    pub context: String,
+    pub url: String,
+    /// The role that owns the tables now.
+    pub owner: String,
+    creator: String,
+}
+
+impl TablesGivenAway {
+    /// Made through the superuser's URL `base`; `prefix` names the context and the roles.
+    pub fn make(admin: &mut postgres::Client, base: &str, prefix: &str) -> TablesGivenAway {
+        let context = fresh_context(prefix);
+        let n = context_suffix(&context);
+        let (creator, owner) = (format!("{prefix}_creator_{n}"), format!("{prefix}_owner_{n}"));
+        // lapilli_contexts exists already (made here as the superuser if no other test did).
+        lapilli_core::Store::open(context_url(base, &fresh_context(prefix)), lapilli_core::Options::default()).unwrap().close().unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {creator} LOGIN; CREATE ROLE {owner}; GRANT CREATE ON SCHEMA public TO {creator}; \
+                 GRANT SELECT, INSERT, UPDATE ON lapilli_contexts TO {creator};"
+            ))
+            .unwrap();
+        let url = context_url(&as_user(base, &creator), &context);
+        lapilli_core::Store::open(&url, lapilli_core::Options::default()).unwrap().close().unwrap();
+        admin
+            .batch_execute(&format!(
+                "ALTER TABLE lapilli_events_{context} OWNER TO {owner}; GRANT SELECT, INSERT ON lapilli_events_{context} TO {creator};"
+            ))
+            .unwrap();
+        TablesGivenAway { context, url, owner, creator }
+    }
+
+    /// Drops the context and both roles (best effort: a test asserts after it cleaned up).
+    pub fn drop(&self, admin: &mut postgres::Client) {
+        let TablesGivenAway { context, creator, owner, .. } = self;
+        let _ = admin.batch_execute(&format!(
+            "DROP TABLE lapilli_events_{context}; DROP FUNCTION lapilli_merge_{context}(); \
+             DELETE FROM lapilli_contexts WHERE name = '{context}'; REVOKE ALL ON lapilli_contexts FROM {creator}; \
+             REVOKE CREATE ON SCHEMA public FROM {creator}; DROP ROLE {creator}; DROP ROLE {owner};"
+        ));
+    }
+}
