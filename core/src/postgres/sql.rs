@@ -92,11 +92,11 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
             // name may hold any character.
             let create_function: String = tx
                 .query_typed_one(
-                    "SELECT format('CREATE OR REPLACE FUNCTION %I.%I() RETURNS bigint LANGUAGE sql SECURITY DEFINER \
-                                    SET search_path = pg_catalog, pg_temp AS %L', \
-                                   current_schema(), $1::text, \
-                                   format('SELECT pg_catalog.gin_clean_pending_list(%L::regclass)', \
-                                          format('%I.%I', current_schema(), $2::text)))",
+                    &format!(
+                        "SELECT format('CREATE OR REPLACE FUNCTION %I.%I() RETURNS bigint LANGUAGE sql SECURITY DEFINER \
+                                        SET search_path = pg_catalog, pg_temp AS %L', current_schema(), $1::text, {})",
+                        merge_body("current_schema()", "$2::text")
+                    ),
                     &[(&merge_tags_name(context), Type::TEXT), (&format!("lapilli_events_{context}_tags"), Type::TEXT)],
                 )
                 .map_err(|e| fail("cannot write the function that merges the tags index", &e))?
@@ -132,6 +132,13 @@ fn merge_tags_name(context: &str) -> String {
     format!("lapilli_merge_{context}")
 }
 
+/// The merge function's body as a SQL expression (the text `create_schema` gives the function,
+/// and the one `merge_tags_call` requires of it), for the index named by the SQL expressions
+/// `schema` and `index`.
+fn merge_body(schema: &str, index: &str) -> String {
+    format!("format('SELECT pg_catalog.gin_clean_pending_list(%L::regclass)', format('%I.%I', {schema}, {index}))")
+}
+
 /// The call that merges the context's tags index, schema-qualified as this open found it, or
 /// None where this connection's user may not make it or it would fail: a context created
 /// before there was a merge function (its index has no pending list), `EXECUTE` refused, a
@@ -142,12 +149,14 @@ fn merge_tags_name(context: &str) -> String {
 pub fn merge_tags_call(client: &mut Client, context: &str, redacted: &str) -> Result<Option<String>> {
     let rows = client
         .query_typed(
-            "SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '()' \
-             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-             JOIN pg_class i ON i.oid = to_regclass(format('%I.%I', n.nspname, $2::text)) \
-             WHERE p.oid = to_regprocedure($1) \
-               AND p.prosrc = format('SELECT pg_catalog.gin_clean_pending_list(%L::regclass)', format('%I.%I', n.nspname, $2::text)) \
-               AND has_function_privilege(p.oid, 'EXECUTE') AND pg_has_role(p.proowner, i.relowner, 'USAGE')",
+            &format!(
+                "SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '()' \
+                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                 JOIN pg_class i ON i.oid = to_regclass(format('%I.%I', n.nspname, $2::text)) \
+                 WHERE p.oid = to_regprocedure($1) AND p.prosrc = {} \
+                   AND has_function_privilege(p.oid, 'EXECUTE') AND pg_has_role(p.proowner, i.relowner, 'USAGE')",
+                merge_body("n.nspname", "$2::text")
+            ),
             &[
                 (&format!("{}()", quote_ident(&merge_tags_name(context))), Type::TEXT),
                 (&format!("lapilli_events_{context}_tags"), Type::TEXT),
