@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::postgres::{TablesGivenAway, as_user, context_suffix, context_url, database_url, fresh_context, merge_batch, url_from};
+use common::postgres::{change_privileges, TablesGivenAway, as_user, context_suffix, context_url, database_url, fresh_context, merge_batch, url_from};
 use lapilli_core::{AppendCondition, ErrorKind, Event, Options, Query, Store};
 
 fn pending_pages(admin: &mut postgres::Client, schema: &str, context: &str) -> i64 {
@@ -32,7 +32,7 @@ fn after_the_tables_change_owner_the_writer_appends_and_merges_once_the_function
     store.close().unwrap();
     let left_without = pending_pages(&mut admin, "public", &given.context);
 
-    admin.batch_execute(&format!("ALTER FUNCTION lapilli_merge_{}() OWNER TO {}", given.context, given.owner)).unwrap();
+    change_privileges(&mut admin, &format!("ALTER FUNCTION lapilli_merge_{}() OWNER TO {}", given.context, given.owner)).unwrap();
     let store = Store::open(&given.url, Options::default()).unwrap();
     let appended_again = store.append(merge_batch(2000, 2000), None).map(|r| r.last.get());
     store.close().unwrap();
@@ -54,8 +54,7 @@ fn a_schema_whose_name_holds_the_dollar_quote_tag_holds_a_context() {
     let n = context_suffix(&context);
     let (role, schema) = (format!("rv_d_{n}"), format!("\"d$lapilli$_{n}\""));
     let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-    admin
-        .batch_execute(&format!(
+    change_privileges(&mut admin, &format!(
             "CREATE ROLE {role} LOGIN; CREATE SCHEMA {schema} AUTHORIZATION {role}; ALTER ROLE {role} SET search_path = {schema};"
         ))
         .unwrap();
@@ -65,7 +64,7 @@ fn a_schema_whose_name_holds_the_dollar_quote_tag_holds_a_context() {
         appended
     });
     let left = outcome.as_ref().ok().map(|_| pending_pages(&mut admin, &schema, &context));
-    let _ = admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE; DROP ROLE {role};"));
+    let _ = change_privileges(&mut admin, &format!("DROP SCHEMA {schema} CASCADE; DROP ROLE {role};"));
     assert_eq!(outcome.unwrap(), 2000);
     assert_eq!(left, Some(0), "the writer did not merge in a schema whose name holds the quote");
 }

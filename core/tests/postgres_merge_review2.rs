@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::postgres::{TablesGivenAway, as_user, context_suffix, context_url, database_url, fresh_context, merge_batch};
+use common::postgres::{change_privileges, TablesGivenAway, as_user, context_suffix, context_url, database_url, fresh_context, merge_batch};
 use lapilli_core::{Options, Store};
 use postgres::Client;
 
@@ -145,8 +145,7 @@ fn a_handle_opened_without_execute_attempts_each_group_once() {
     let events = format!("lapilli_events_{context}");
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
     Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
-    admin
-        .batch_execute(&format!(
+    change_privileges(&mut admin, &format!(
             "CREATE ROLE {role} LOGIN; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; GRANT SELECT, INSERT ON {events} TO {role}; \
              REVOKE EXECUTE ON FUNCTION lapilli_merge_{context}() FROM PUBLIC;"
         ))
@@ -157,7 +156,7 @@ fn a_handle_opened_without_execute_attempts_each_group_once() {
     store.close().unwrap();
     let tries = attempts(&mut admin, &n);
     drop_counter(&mut admin, &n);
-    let _ = admin.batch_execute(&format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role};"));
+    let _ = change_privileges(&mut admin, &format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role};"));
     assert_eq!(appended.unwrap(), 100);
     assert_eq!(tries, 1, "the group was rolled back and decided again");
 }
@@ -172,14 +171,13 @@ fn after_the_schema_is_renamed_each_group_is_attempted_once() {
     let n = context_suffix(&context);
     let (role, old, new) = (format!("rv2_r_{n}"), format!("rv2_old_{n}"), format!("rv2_new_{n}"));
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
-    admin
-        .batch_execute(&format!(
+    change_privileges(&mut admin, &format!(
             "CREATE ROLE {role} LOGIN; CREATE SCHEMA {old} AUTHORIZATION {role}; ALTER ROLE {role} SET search_path = {old};"
         ))
         .unwrap();
     let url = context_url(&as_user(&base, &role), &context);
     Store::open(&url, Options::default()).unwrap().close().unwrap();
-    admin.batch_execute(&format!("ALTER SCHEMA {old} RENAME TO {new}; ALTER ROLE {role} SET search_path = {new};")).unwrap();
+    change_privileges(&mut admin, &format!("ALTER SCHEMA {old} RENAME TO {new}; ALTER ROLE {role} SET search_path = {new};")).unwrap();
     count_attempts(&mut admin, &new, &context, &n);
     let mut tries = Vec::new();
     for round in 0..2 {
@@ -189,7 +187,7 @@ fn after_the_schema_is_renamed_each_group_is_attempted_once() {
         tries.push(attempts(&mut admin, &n));
     }
     drop_counter(&mut admin, &n);
-    let _ = admin.batch_execute(&format!("DROP SCHEMA {new} CASCADE; DROP ROLE {role};"));
+    let _ = change_privileges(&mut admin, &format!("DROP SCHEMA {new} CASCADE; DROP ROLE {role};"));
     assert_eq!(tries, vec![1, 2], "attempts after each handle's one group");
 }
 
@@ -205,21 +203,20 @@ fn an_update_refused_for_a_moment_does_not_stop_the_merge() {
     let events = format!("lapilli_events_{context}");
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
     Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
-    admin
-        .batch_execute(&format!(
+    change_privileges(&mut admin, &format!(
             "CREATE ROLE {role} LOGIN; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; GRANT SELECT, INSERT ON {events} TO {role};"
         ))
         .unwrap();
     let store = Store::open(context_url(&as_user(&base, &role), &context), Options::default()).unwrap();
     store.append(merge_batch(0, 2000), None).unwrap();
     let merged_first = pending_pages(&mut admin, "public", &context);
-    admin.batch_execute(&format!("REVOKE UPDATE ON lapilli_contexts FROM {role}; GRANT UPDATE (created_at) ON lapilli_contexts TO {role};")).unwrap();
+    change_privileges(&mut admin, &format!("REVOKE UPDATE ON lapilli_contexts FROM {role}; GRANT UPDATE (created_at) ON lapilli_contexts TO {role};")).unwrap();
     let refused = store.append(merge_batch(2000, 10), None).map_err(|e| e.to_string());
-    admin.batch_execute(&format!("GRANT UPDATE ON lapilli_contexts TO {role}")).unwrap();
+    change_privileges(&mut admin, &format!("GRANT UPDATE ON lapilli_contexts TO {role}")).unwrap();
     let appended = store.append(merge_batch(2000, 2000), None).map(|r| r.last.get());
     let left = pending_pages(&mut admin, "public", &context);
     store.close().unwrap();
-    let _ = admin.batch_execute(&format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role};"));
+    let _ = change_privileges(&mut admin, &format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role};"));
     assert_eq!(merged_first, 0);
     assert!(refused.as_ref().is_err_and(|e| e.contains("cannot move the head")), "{refused:?}");
     assert_eq!(appended.unwrap(), 4000);

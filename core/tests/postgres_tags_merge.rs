@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::postgres::{as_user, context_url, database_url, fresh_context, merge_batch};
+use common::postgres::{change_privileges, as_user, context_url, database_url, fresh_context, merge_batch};
 use lapilli_core::{Options, Query, ReadOptions, Store};
 
 /// Pages in the pending list of `context`'s tags index, taken out of it: what the writer left.
@@ -57,8 +57,7 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
     let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
     Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
     // A role that owns nothing and may do only what a writer does.
-    admin
-        .batch_execute(&format!(
+    change_privileges(&mut admin, &format!(
             "CREATE ROLE {role} LOGIN NOSUPERUSER; \
              GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; \
              GRANT SELECT, INSERT ON {events} TO {role};"
@@ -72,7 +71,7 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
 
     // EXECUTE revoked under an open handle: its next group is refused the merge, rolled back,
     // and decided again without it, so it still commits, and leaves a pending list.
-    admin.batch_execute(&format!("REVOKE EXECUTE ON FUNCTION lapilli_merge_{context}() FROM PUBLIC")).unwrap();
+    change_privileges(&mut admin, &format!("REVOKE EXECUTE ON FUNCTION lapilli_merge_{context}() FROM PUBLIC")).unwrap();
     let result = store.append(merge_batch(2000, 2000), None).unwrap();
     assert_eq!((result.first.get(), result.last.get()), (2001, 4000));
     assert_eq!(store.head().unwrap().get(), 4000);
@@ -86,5 +85,63 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
     assert_eq!(read_tag(&store, "s10:3"), 600);
     assert_eq!(read_tag(&store, "entity:4321"), 1);
     store.close().unwrap();
-    admin.batch_execute(&format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role}")).unwrap();
+    change_privileges(&mut admin, &format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role}")).unwrap();
+}
+
+/// A writer that comes to append without merging says so on stderr, once: when the merge fails
+/// for good under an open handle (`EXECUTE` revoked), and when an open finds a function it may
+/// not use; one that merges says nothing. Run in a child process (this test binary again), whose
+/// stderr is the parent's to read.
+#[test]
+fn a_writer_that_stops_merging_or_cannot_merge_says_so_on_stderr() {
+    let Some(base) = database_url() else { return };
+    let context = fresh_context("merge_said");
+    let role = format!("lapilli_w_{}", &context["merge_said_".len()..]);
+    let events = format!("lapilli_events_{context}");
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
+    change_privileges(&mut admin, &format!(
+            "CREATE ROLE {role} LOGIN NOSUPERUSER; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; GRANT SELECT, INSERT ON {events} TO {role};"
+        ))
+        .unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "merge_said_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("LAPILLI_MERGE_SAID_URL", context_url(&as_user(&base, &role), &context))
+        .env("LAPILLI_MERGE_SAID_ADMIN", &base)
+        .env("LAPILLI_MERGE_SAID_CONTEXT", &context)
+        .output()
+        .unwrap();
+    let _ = change_privileges(&mut admin, &format!("REVOKE ALL ON lapilli_contexts, {events} FROM {role}; DROP ROLE {role}"));
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    assert!(child.status.success(), "the child failed: {stderr}");
+    let said: Vec<&str> = stderr.lines().filter(|line| line.starts_with("lapilli: ") || line.starts_with("phase ")).collect();
+    assert_eq!(said.len(), 4, "{stderr}");
+    assert_eq!(said[0], "phase revoked", "a writer that merges said something: {stderr}");
+    assert!(said[1].contains("stops merging") && said[1].contains(&context) && said[1].contains("permission denied"), "{stderr}");
+    assert_eq!(said[2], "phase reopened", "{stderr}");
+    assert!(said[3].contains("cannot merge") && said[3].contains("may not EXECUTE"), "{stderr}");
+}
+
+/// The child of the test above: merges, loses `EXECUTE`, appends, opens again and appends.
+#[test]
+#[ignore = "run by a_writer_that_stops_merging_or_cannot_merge_says_so_on_stderr"]
+fn merge_said_child() {
+    let (Ok(url), Ok(base), Ok(context)) =
+        (std::env::var("LAPILLI_MERGE_SAID_URL"), std::env::var("LAPILLI_MERGE_SAID_ADMIN"), std::env::var("LAPILLI_MERGE_SAID_CONTEXT"))
+    else {
+        return;
+    };
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(merge_batch(0, 500), None).unwrap();
+    change_privileges(&mut admin, &format!("REVOKE EXECUTE ON FUNCTION lapilli_merge_{context}() FROM PUBLIC")).unwrap();
+    eprintln!("phase revoked");
+    store.append(merge_batch(500, 500), None).unwrap();
+    store.append(merge_batch(1000, 500), None).unwrap();
+    store.close().unwrap();
+    eprintln!("phase reopened");
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(merge_batch(1500, 500), None).unwrap();
+    assert_eq!(store.head().unwrap().get(), 2000);
+    store.close().unwrap();
 }

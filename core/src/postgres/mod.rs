@@ -478,7 +478,12 @@ fn redact(url: &str) -> String {
 /// `Io` (the message says which operation and what the server said).
 pub(crate) fn pg_error(context: &str, err: &postgres::Error) -> Error {
     let kind = if err.is_closed() { std::io::ErrorKind::ConnectionAborted } else { std::io::ErrorKind::Other };
-    let detail = match err.as_db_error() {
+    Error::io_message(format!("{context}: {}", error_detail(err)), kind)
+}
+
+/// What went wrong, in the server's words and code, or the driver's and its causes'.
+pub(crate) fn error_detail(err: &postgres::Error) -> String {
+    match err.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         // The driver's message says what step failed ("error performing TLS handshake"); its
         // sources say why ("invalid peer certificate: UnknownIssuer"), which is what a user
@@ -496,8 +501,7 @@ pub(crate) fn pg_error(context: &str, err: &postgres::Error) -> Error {
             }
             detail
         }
-    };
-    Error::io_message(format!("{context}: {detail}"), kind)
+    }
 }
 
 /// The most data one event may hold on a Postgres store. A row goes to the server as one

@@ -145,16 +145,18 @@ fn merge_body(schema: &str, index: &str) -> String {
 /// function whose owner no longer owns the index (the tables given to another role), or one
 /// whose body no longer names the index of its own schema (the schema or the index renamed).
 /// Without a merge the server merges the list once it outgrows `PENDING_LIST_KIB`, and
-/// autovacuum does.
+/// autovacuum does. A function that is there but cannot be used is said on stderr (tag reads
+/// then scan up to `PENDING_LIST_KIB` more, and what would fix it is the operator's to do); a
+/// context without one (made before there was a merge) is not: its index has no pending list.
 pub fn merge_tags_call(client: &mut Client, context: &str, redacted: &str) -> Result<Option<String>> {
     let rows = client
         .query_typed(
             &format!(
-                "SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '()' \
+                "SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '()', p.prosrc = {}, \
+                        has_function_privilege(p.oid, 'EXECUTE'), COALESCE(pg_has_role(p.proowner, i.relowner, 'USAGE'), false) \
                  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-                 JOIN pg_class i ON i.oid = to_regclass(format('%I.%I', n.nspname, $2::text)) \
-                 WHERE p.oid = to_regprocedure($1) AND p.prosrc = {} \
-                   AND has_function_privilege(p.oid, 'EXECUTE') AND pg_has_role(p.proowner, i.relowner, 'USAGE')",
+                 LEFT JOIN pg_class i ON i.oid = to_regclass(format('%I.%I', n.nspname, $2::text)) \
+                 WHERE p.oid = to_regprocedure($1)",
                 merge_body("n.nspname", "$2::text")
             ),
             &[
@@ -163,7 +165,22 @@ pub fn merge_tags_call(client: &mut Client, context: &str, redacted: &str) -> Re
             ],
         )
         .map_err(|e| pg_error(&format!("cannot look up the merge function of context {context:?} in {redacted}"), &e))?;
-    Ok(rows.first().map(|row| row.get(0)))
+    let Some(row) = rows.first() else { return Ok(None) };
+    let (call, body_names_index, executable, owner_may_merge): (String, bool, bool, bool) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    let unusable = if !body_names_index {
+        "its body names another index than its schema's lapilli_events_<context>_tags (the schema or the index renamed?)"
+    } else if !executable {
+        "this user may not EXECUTE it"
+    } else if !owner_may_merge {
+        "its owner does not own the tags index (ALTER FUNCTION ... OWNER TO the tables' owner)"
+    } else {
+        return Ok(Some(call));
+    };
+    crate::error::report(format_args!(
+        "lapilli: the writer of context {context:?} in {redacted} cannot merge the tags index's pending list with {call}: \
+         {unusable}; it appends without merging, and tag reads scan the pending list until the server merges it"
+    ));
+    Ok(None)
 }
 
 /// How a statement that called the merge function failed because of it.

@@ -112,13 +112,18 @@ impl PgWriter {
             self.client = None;
             outcome = self.decide_and_commit(&group);
         }
-        if let Err(Failed { merge_failed: Some(failure), .. }) = outcome {
+        if let Err(Failed { merge_failed: Some((failure, reason)), .. }) = outcome {
             // The merge failed (`sql::merge_failure`): the statement failed before COMMIT was
             // sent, so the group was rolled back whole and is decided again without merging, as
             // on a context that never had a merge; after a lasting failure (the function dropped
             // or revoked, its index moved since the open), so is every later group of this handle.
             if failure == MergeFailure::Lasting {
-                self.merge_tags = None;
+                let call = self.merge_tags.take().unwrap_or_default();
+                crate::error::report(format_args!(
+                    "lapilli: the writer of context {:?} in {} stops merging the tags index's pending list with {call} \
+                     until it is opened again: {reason}",
+                    self.shared.context, self.shared.redacted
+                ));
             }
             outcome = self.decide_and_commit_as(&group, false);
         }
@@ -282,7 +287,7 @@ impl PgWriter {
             &[(&shared.context, Type::TEXT), (&(head as i64), Type::INT8), (&recorded_at, Type::INT8), (&channel, Type::TEXT)],
         );
         if let Err(e) = moved {
-            let merge_failed = merge_call.and_then(|_| merge_failure(&e));
+            let merge_failed = merge_call.and_then(|_| merge_failure(&e)).map(|failure| (failure, super::error_detail(&e)));
             return Err(Failed { merge_failed, ..fail("cannot move the head", &e, verdicts) });
         }
         // The `fsync` figures of `Store::stats` are, here, the COMMIT's round trip: the server's
@@ -333,8 +338,8 @@ struct Failed {
     /// it: nothing of this group reached the server.
     stale_connection: bool,
     /// The merge of the tags index (`PgWriter::merge_tags`) failed, and how
-    /// (`sql::merge_failure`). The group was rolled back.
-    merge_failed: Option<MergeFailure>,
+    /// (`sql::merge_failure`), and the server's words. The group was rolled back.
+    merge_failed: Option<(MergeFailure, String)>,
 }
 
 /// Whether a failed BEGIN says the connection is gone: any failure that is not the server's

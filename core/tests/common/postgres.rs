@@ -67,6 +67,14 @@ pub fn context_suffix(context: &str) -> String {
     context.rsplit('_').next().unwrap().to_string()
 }
 
+/// Runs `statements` (roles, grants, owners) as the superuser, one test at a time: the tests of
+/// a binary run in parallel, and two `GRANT`s on one table at once fail "tuple concurrently
+/// updated" (both rewrite its row of `pg_class`). One simple query is one transaction, so the
+/// advisory lock taken first is held until the statements are done.
+pub fn change_privileges(admin: &mut postgres::Client, statements: &str) -> Result<(), postgres::Error> {
+    admin.batch_execute(&format!("SELECT pg_advisory_xact_lock(7362115470311958528); {statements}"))
+}
+
 /// A context made by a login role that owns nothing else, whose tables were then given to
 /// another role (a migration role taking them over: `ALTER TABLE ... OWNER TO`); the maker keeps
 /// `SELECT, INSERT` and its function still belongs to it. `url` is the maker's URL of the context.
@@ -86,16 +94,14 @@ impl TablesGivenAway {
         let (creator, owner) = (format!("{prefix}_creator_{n}"), format!("{prefix}_owner_{n}"));
         // lapilli_contexts exists already (made here as the superuser if no other test did).
         lapilli_core::Store::open(context_url(base, &fresh_context(prefix)), lapilli_core::Options::default()).unwrap().close().unwrap();
-        admin
-            .batch_execute(&format!(
+        change_privileges(admin, &format!(
                 "CREATE ROLE {creator} LOGIN; CREATE ROLE {owner}; GRANT CREATE ON SCHEMA public TO {creator}; \
                  GRANT SELECT, INSERT, UPDATE ON lapilli_contexts TO {creator};"
             ))
             .unwrap();
         let url = context_url(&as_user(base, &creator), &context);
         lapilli_core::Store::open(&url, lapilli_core::Options::default()).unwrap().close().unwrap();
-        admin
-            .batch_execute(&format!(
+        change_privileges(admin, &format!(
                 "ALTER TABLE lapilli_events_{context} OWNER TO {owner}; GRANT SELECT, INSERT ON lapilli_events_{context} TO {creator};"
             ))
             .unwrap();
@@ -105,7 +111,7 @@ impl TablesGivenAway {
     /// Drops the context and both roles (best effort: a test asserts after it cleaned up).
     pub fn drop(&self, admin: &mut postgres::Client) {
         let TablesGivenAway { context, creator, owner, .. } = self;
-        let _ = admin.batch_execute(&format!(
+        let _ = change_privileges(admin, &format!(
             "DROP TABLE lapilli_events_{context}; DROP FUNCTION lapilli_merge_{context}(); \
              DELETE FROM lapilli_contexts WHERE name = '{context}'; REVOKE ALL ON lapilli_contexts FROM {creator}; \
              REVOKE CREATE ON SCHEMA public FROM {creator}; DROP ROLE {creator}; DROP ROLE {owner};"
