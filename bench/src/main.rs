@@ -1606,5 +1606,5 @@ fn run() -> Result<(), String> {
     fs::write(&md_path, report::markdown(&doc)).map_err(|e| e.to_string())?;
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());
     let _ = fs::remove_dir_all(&run_dir);
-    Ok(())
+    systems::drop_postgres_contexts()
 }
