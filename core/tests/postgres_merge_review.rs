@@ -55,9 +55,9 @@ fn a_schema_whose_name_holds_the_dollar_quote_tag_holds_a_context() {
     let (role, schema) = (format!("rv_d_{n}"), format!("\"d$lapilli$_{n}\""));
     let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
     change_privileges(&mut admin, &format!(
-            "CREATE ROLE {role} LOGIN; CREATE SCHEMA {schema} AUTHORIZATION {role}; ALTER ROLE {role} SET search_path = {schema};"
-        ))
-        .unwrap();
+        "CREATE ROLE {role} LOGIN; CREATE SCHEMA {schema} AUTHORIZATION {role}; ALTER ROLE {role} SET search_path = {schema};"
+    ))
+    .unwrap();
     let outcome = Store::open(context_url(&as_user(&base, &role), &context), Options::default()).and_then(|store| {
         let appended = store.append(merge_batch(0, 2000), None).map(|r| r.last.get());
         store.close()?;

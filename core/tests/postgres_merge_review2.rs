@@ -146,10 +146,10 @@ fn a_handle_opened_without_execute_attempts_each_group_once() {
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
     Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
     change_privileges(&mut admin, &format!(
-            "CREATE ROLE {role} LOGIN; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; GRANT SELECT, INSERT ON {events} TO {role}; \
-             REVOKE EXECUTE ON FUNCTION lapilli_merge_{context}() FROM PUBLIC;"
-        ))
-        .unwrap();
+        "CREATE ROLE {role} LOGIN; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; GRANT SELECT, INSERT ON {events} TO {role}; \
+         REVOKE EXECUTE ON FUNCTION lapilli_merge_{context}() FROM PUBLIC;"
+    ))
+    .unwrap();
     count_attempts(&mut admin, "public", &context, &n);
     let store = Store::open(context_url(&as_user(&base, &role), &context), Options::default()).unwrap();
     let appended = store.append(merge_batch(0, 100), None).map(|r| r.last.get());
@@ -172,9 +172,9 @@ fn after_the_schema_is_renamed_each_group_is_attempted_once() {
     let (role, old, new) = (format!("rv2_r_{n}"), format!("rv2_old_{n}"), format!("rv2_new_{n}"));
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
     change_privileges(&mut admin, &format!(
-            "CREATE ROLE {role} LOGIN; CREATE SCHEMA {old} AUTHORIZATION {role}; ALTER ROLE {role} SET search_path = {old};"
-        ))
-        .unwrap();
+        "CREATE ROLE {role} LOGIN; CREATE SCHEMA {old} AUTHORIZATION {role}; ALTER ROLE {role} SET search_path = {old};"
+    ))
+    .unwrap();
     let url = context_url(&as_user(&base, &role), &context);
     Store::open(&url, Options::default()).unwrap().close().unwrap();
     change_privileges(&mut admin, &format!("ALTER SCHEMA {old} RENAME TO {new}; ALTER ROLE {role} SET search_path = {new};")).unwrap();
@@ -204,9 +204,9 @@ fn an_update_refused_for_a_moment_does_not_stop_the_merge() {
     let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
     Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
     change_privileges(&mut admin, &format!(
-            "CREATE ROLE {role} LOGIN; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; GRANT SELECT, INSERT ON {events} TO {role};"
-        ))
-        .unwrap();
+        "CREATE ROLE {role} LOGIN; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; GRANT SELECT, INSERT ON {events} TO {role};"
+    ))
+    .unwrap();
     let store = Store::open(context_url(&as_user(&base, &role), &context), Options::default()).unwrap();
     store.append(merge_batch(0, 2000), None).unwrap();
     let merged_first = pending_pages(&mut admin, "public", &context);

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::postgres::{change_privileges, as_user, context_url, database_url, fresh_context, merge_batch};
+use common::postgres::{as_user, change_privileges, context_suffix, context_url, database_url, fresh_context, merge_batch};
 use lapilli_core::{Options, Query, ReadOptions, Store};
 
 /// Pages in the pending list of `context`'s tags index, taken out of it: what the writer left.
@@ -17,6 +17,24 @@ fn merge_what_is_left(admin: &mut postgres::Client, context: &str) -> i64 {
         .query_one(&format!("SELECT gin_clean_pending_list('lapilli_events_{context}_tags'::regclass)"), &[])
         .unwrap()
         .get(0)
+}
+
+/// A new context made by the superuser, and a role that owns nothing and may do only what a
+/// writer does: (the context, the role, the role's URL of the context).
+fn context_and_writer_role(admin: &mut postgres::Client, base: &str, prefix: &str) -> (String, String, String) {
+    let context = fresh_context(prefix);
+    let role = format!("lapilli_w_{}", context_suffix(&context));
+    Store::open(context_url(base, &context), Options::default()).unwrap().close().unwrap();
+    change_privileges(
+        admin,
+        &format!(
+            "CREATE ROLE {role} LOGIN NOSUPERUSER; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; \
+             GRANT SELECT, INSERT ON lapilli_events_{context} TO {role};"
+        ),
+    )
+    .unwrap();
+    let url = context_url(&as_user(base, &role), &context);
+    (context, role, url)
 }
 
 fn read_tag(store: &Store, tag: &str) -> usize {
@@ -51,19 +69,9 @@ fn the_writer_leaves_no_pending_list_and_the_index_has_one() {
 #[test]
 fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
     let Some(base) = database_url() else { return };
-    let context = fresh_context("merge_role");
-    let role = format!("lapilli_w_{}", &context["merge_role_".len()..]);
-    let events = format!("lapilli_events_{context}");
     let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-    Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
-    // A role that owns nothing and may do only what a writer does.
-    change_privileges(&mut admin, &format!(
-            "CREATE ROLE {role} LOGIN NOSUPERUSER; \
-             GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; \
-             GRANT SELECT, INSERT ON {events} TO {role};"
-        ))
-        .unwrap();
-    let url = context_url(&as_user(&base, &role), &context);
+    let (context, role, url) = context_and_writer_role(&mut admin, &base, "merge_role");
+    let events = format!("lapilli_events_{context}");
 
     let store = Store::open(&url, Options::default()).unwrap();
     store.append(merge_batch(0, 2000), None).unwrap();
@@ -95,18 +103,12 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
 #[test]
 fn a_writer_that_stops_merging_or_cannot_merge_says_so_on_stderr() {
     let Some(base) = database_url() else { return };
-    let context = fresh_context("merge_said");
-    let role = format!("lapilli_w_{}", &context["merge_said_".len()..]);
-    let events = format!("lapilli_events_{context}");
     let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-    Store::open(context_url(&base, &context), Options::default()).unwrap().close().unwrap();
-    change_privileges(&mut admin, &format!(
-            "CREATE ROLE {role} LOGIN NOSUPERUSER; GRANT SELECT, UPDATE ON lapilli_contexts TO {role}; GRANT SELECT, INSERT ON {events} TO {role};"
-        ))
-        .unwrap();
+    let (context, role, url) = context_and_writer_role(&mut admin, &base, "merge_said");
+    let events = format!("lapilli_events_{context}");
     let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "merge_said_child", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("LAPILLI_MERGE_SAID_URL", context_url(&as_user(&base, &role), &context))
+        .env("LAPILLI_MERGE_SAID_URL", url)
         .env("LAPILLI_MERGE_SAID_ADMIN", &base)
         .env("LAPILLI_MERGE_SAID_CONTEXT", &context)
         .output()

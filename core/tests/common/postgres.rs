@@ -95,16 +95,16 @@ impl TablesGivenAway {
         // lapilli_contexts exists already (made here as the superuser if no other test did).
         lapilli_core::Store::open(context_url(base, &fresh_context(prefix)), lapilli_core::Options::default()).unwrap().close().unwrap();
         change_privileges(admin, &format!(
-                "CREATE ROLE {creator} LOGIN; CREATE ROLE {owner}; GRANT CREATE ON SCHEMA public TO {creator}; \
-                 GRANT SELECT, INSERT, UPDATE ON lapilli_contexts TO {creator};"
-            ))
-            .unwrap();
+            "CREATE ROLE {creator} LOGIN; CREATE ROLE {owner}; GRANT CREATE ON SCHEMA public TO {creator}; \
+             GRANT SELECT, INSERT, UPDATE ON lapilli_contexts TO {creator};"
+        ))
+        .unwrap();
         let url = context_url(&as_user(base, &creator), &context);
         lapilli_core::Store::open(&url, lapilli_core::Options::default()).unwrap().close().unwrap();
         change_privileges(admin, &format!(
-                "ALTER TABLE lapilli_events_{context} OWNER TO {owner}; GRANT SELECT, INSERT ON lapilli_events_{context} TO {creator};"
-            ))
-            .unwrap();
+            "ALTER TABLE lapilli_events_{context} OWNER TO {owner}; GRANT SELECT, INSERT ON lapilli_events_{context} TO {creator};"
+        ))
+        .unwrap();
         TablesGivenAway { context, url, owner, creator }
     }
 
