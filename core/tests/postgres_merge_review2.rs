@@ -255,3 +255,35 @@ fn a_merge_cancelled_once_does_not_stop_the_merge() {
     assert_eq!(appended_again.unwrap(), 4000);
     assert_eq!(left, 0, "the handle stopped merging after one merge that timed out");
 }
+
+/// Third review: a merge that fails every time for a reason that should pass (a timeout of the
+/// writer's role shorter than every merge) cost every group a rollback and a second decision,
+/// silently and for ever. After three such groups in a row the handle stops merging (and says
+/// so on stderr, as after a lasting failure). Simulated by a merge function that always raises
+/// `57014` and counts its calls in a sequence, which a rollback does not undo.
+#[test]
+fn a_merge_that_always_times_out_is_given_up_after_three_groups() {
+    let Some(base) = database_url() else { return };
+    let context = fresh_context("rv3_timeout");
+    let n = context_suffix(&context);
+    let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
+    let store = Store::open(context_url(&base, &context), Options::default()).unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE SEQUENCE public.rv3_calls_{n}; \
+             CREATE OR REPLACE FUNCTION public.lapilli_merge_{context}() RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER \
+                 SET search_path = pg_catalog, pg_temp AS $$ BEGIN PERFORM nextval('public.rv3_calls_{n}'); \
+                 RAISE EXCEPTION 'canceling statement due to statement timeout' USING ERRCODE = '57014'; END $$;"
+        ))
+        .unwrap();
+    let mut heads = Vec::new();
+    for group in 0..6 {
+        heads.push(store.append(merge_batch(group * 100, 100), None).map(|r| r.last.get()));
+    }
+    store.close().unwrap();
+    let calls: i64 = admin.query_one(&format!("SELECT last_value FROM public.rv3_calls_{n}"), &[]).unwrap().get(0);
+    let _ = admin.batch_execute(&format!("DROP SEQUENCE public.rv3_calls_{n}"));
+    let heads: Vec<u64> = heads.into_iter().map(Result::unwrap).collect();
+    assert_eq!(heads, vec![100, 200, 300, 400, 500, 600]);
+    assert_eq!(calls, 3, "the merge was tried {calls} times in six groups");
+}

@@ -98,7 +98,7 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
 
 /// A writer that comes to append without merging says so on stderr, once: when the merge fails
 /// for good under an open handle (`EXECUTE` revoked), and when an open finds a function it may
-/// not use; one that merges says nothing. Run in a child process (this test binary again), whose
+/// not use (no `EXECUTE`; its index renamed), with the reason; one that merges says nothing. Run in a child process (this test binary again), whose
 /// stderr is the parent's to read.
 #[test]
 fn a_writer_that_stops_merging_or_cannot_merge_says_so_on_stderr() {
@@ -117,14 +117,18 @@ fn a_writer_that_stops_merging_or_cannot_merge_says_so_on_stderr() {
     let stderr = String::from_utf8_lossy(&child.stderr);
     assert!(child.status.success(), "the child failed: {stderr}");
     let said: Vec<&str> = stderr.lines().filter(|line| line.starts_with("lapilli: ") || line.starts_with("phase ")).collect();
-    assert_eq!(said.len(), 4, "{stderr}");
+    assert_eq!(said.len(), 6, "{stderr}");
     assert_eq!(said[0], "phase revoked", "a writer that merges said something: {stderr}");
     assert!(said[1].contains("stops merging") && said[1].contains(&context) && said[1].contains("permission denied"), "{stderr}");
     assert_eq!(said[2], "phase reopened", "{stderr}");
     assert!(said[3].contains("cannot merge") && said[3].contains("may not EXECUTE"), "{stderr}");
+    assert_eq!(said[4], "phase index renamed", "{stderr}");
+    let missing = format!("its index public.lapilli_events_{context}_tags is not there");
+    assert!(said[5].contains("cannot merge") && said[5].contains(&missing), "{stderr}");
 }
 
-/// The child of the test above: merges, loses `EXECUTE`, appends, opens again and appends.
+/// The child of the test above: merges, loses `EXECUTE`, appends, opens again and appends, and
+/// once more with the tags index renamed.
 #[test]
 #[ignore = "run by a_writer_that_stops_merging_or_cannot_merge_says_so_on_stderr"]
 fn merge_said_child() {
@@ -144,6 +148,11 @@ fn merge_said_child() {
     eprintln!("phase reopened");
     let store = Store::open(&url, Options::default()).unwrap();
     store.append(merge_batch(1500, 500), None).unwrap();
-    assert_eq!(store.head().unwrap().get(), 2000);
+    store.close().unwrap();
+    admin.batch_execute(&format!("ALTER INDEX lapilli_events_{context}_tags RENAME TO lapilli_events_{context}_tags_x")).unwrap();
+    eprintln!("phase index renamed");
+    let store = Store::open(&url, Options::default()).unwrap();
+    store.append(merge_batch(2000, 500), None).unwrap();
+    assert_eq!(store.head().unwrap().get(), 2500);
     store.close().unwrap();
 }

@@ -141,38 +141,45 @@ fn merge_body(schema: &str, index: &str) -> String {
 
 /// The call that merges the context's tags index, schema-qualified as this open found it, or
 /// None where this connection's user may not make it or it would fail: a context created
-/// before there was a merge function (its index has no pending list), `EXECUTE` refused, a
-/// function whose owner no longer owns the index (the tables given to another role), or one
-/// whose body no longer names the index of its own schema (the schema or the index renamed).
-/// Without a merge the server merges the list once it outgrows `PENDING_LIST_KIB`, and
-/// autovacuum does. A function that is there but cannot be used is said on stderr (tag reads
-/// then scan up to `PENDING_LIST_KIB` more, and what would fix it is the operator's to do); a
-/// context without one (made before there was a merge) is not: its index has no pending list.
+/// before there was a merge function (its index has no pending list); a function whose body is
+/// not the one this version writes for the index of its own schema (the schema renamed since,
+/// or the function replaced), or that no longer runs as its owner (`SECURITY INVOKER`); its
+/// schema's tags index missing (renamed, moved or dropped); `EXECUTE` refused; or an owner who
+/// may not merge the index (the tables given to another role). Without a merge the server
+/// merges the list once it outgrows `PENDING_LIST_KIB`, and autovacuum does. A function that is
+/// there but cannot be used is said on stderr (tag reads then scan up to `PENDING_LIST_KIB`
+/// more, and what would fix it is the operator's to do); a context without one (made before
+/// there was a merge) is not: its index has no pending list.
 pub fn merge_tags_call(client: &mut Client, context: &str, redacted: &str) -> Result<Option<String>> {
+    let index = format!("lapilli_events_{context}_tags");
     let rows = client
         .query_typed(
             &format!(
-                "SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '()', p.prosrc = {}, \
-                        has_function_privilege(p.oid, 'EXECUTE'), COALESCE(pg_has_role(p.proowner, i.relowner, 'USAGE'), false) \
+                "SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '()', p.prosrc = {} AND p.prosecdef, \
+                        i.oid IS NOT NULL, has_function_privilege(p.oid, 'EXECUTE'), \
+                        COALESCE(pg_has_role(p.proowner, i.relowner, 'USAGE'), false), format('%I.%I', n.nspname, $2::text) \
                  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
                  LEFT JOIN pg_class i ON i.oid = to_regclass(format('%I.%I', n.nspname, $2::text)) \
                  WHERE p.oid = to_regprocedure($1)",
                 merge_body("n.nspname", "$2::text")
             ),
-            &[
-                (&format!("{}()", quote_ident(&merge_tags_name(context))), Type::TEXT),
-                (&format!("lapilli_events_{context}_tags"), Type::TEXT),
-            ],
+            &[(&format!("{}()", quote_ident(&merge_tags_name(context))), Type::TEXT), (&index, Type::TEXT)],
         )
         .map_err(|e| pg_error(&format!("cannot look up the merge function of context {context:?} in {redacted}"), &e))?;
     let Some(row) = rows.first() else { return Ok(None) };
-    let (call, body_names_index, executable, owner_may_merge): (String, bool, bool, bool) = (row.get(0), row.get(1), row.get(2), row.get(3));
-    let unusable = if !body_names_index {
-        "its body names another index than its schema's lapilli_events_<context>_tags (the schema or the index renamed?)"
+    let call: String = row.get(0);
+    let (as_written, index_there, executable, owner_may_merge): (bool, bool, bool, bool) = (row.get(1), row.get(2), row.get(3), row.get(4));
+    let index: String = row.get(5);
+    let unusable = if !as_written {
+        "it is not the SECURITY DEFINER function this version makes for the tags index of its own schema (the schema \
+         renamed since, or the function replaced?)"
+            .to_string()
+    } else if !index_there {
+        format!("its index {index} is not there (renamed, moved or dropped?)")
     } else if !executable {
-        "this user may not EXECUTE it"
+        "this user may not EXECUTE it".to_string()
     } else if !owner_may_merge {
-        "its owner does not own the tags index (ALTER FUNCTION ... OWNER TO the tables' owner)"
+        format!("its owner may not merge {index} (ALTER FUNCTION ... OWNER TO the index's owner)")
     } else {
         return Ok(Some(call));
     };

@@ -72,11 +72,17 @@ pub(crate) struct PgWriter {
     /// every group's transaction; None for a context made before there was one, or a user who
     /// may not call it (then the server merges once the list outgrows the index's limit).
     merge_tags: Option<String>,
+    /// Groups in a row whose merge failed (`MergeFailure::Once`); reset by one that merged.
+    merge_failures_in_a_row: u32,
 }
+
+/// Merges failed in a row, each for a reason that should pass, after which a handle stops
+/// merging, as after a lasting failure.
+const MERGE_FAILURES_TO_STOP: u32 = 3;
 
 impl PgWriter {
     pub fn new(shared: Arc<PgShared>, durability: Durability, merge_tags: Option<String>) -> PgWriter {
-        PgWriter { shared, durability, client: None, merge_tags }
+        PgWriter { shared, durability, client: None, merge_tags, merge_failures_in_a_row: 0 }
     }
 
     pub fn run(mut self, incoming: Receiver<Command>) {
@@ -116,16 +122,23 @@ impl PgWriter {
             // The merge failed (`sql::merge_failure`): the statement failed before COMMIT was
             // sent, so the group was rolled back whole and is decided again without merging, as
             // on a context that never had a merge; after a lasting failure (the function dropped
-            // or revoked, its index moved since the open), so is every later group of this handle.
-            if failure == MergeFailure::Lasting {
+            // or revoked, its index moved since the open), so is every later group of this handle,
+            // and after one that should pass but keeps coming (a `statement_timeout` of the
+            // writer's role shorter than every merge), since each costs its group a rollback.
+            self.merge_failures_in_a_row += 1;
+            let repeated = self.merge_failures_in_a_row >= MERGE_FAILURES_TO_STOP;
+            if failure == MergeFailure::Lasting || repeated {
                 let call = self.merge_tags.take().unwrap_or_default();
+                let times = if repeated { format!(" (it failed {} groups in a row)", self.merge_failures_in_a_row) } else { String::new() };
                 crate::error::report(format_args!(
                     "lapilli: the writer of context {:?} in {} stops merging the tags index's pending list with {call} \
-                     until it is opened again: {reason}",
+                     until it is opened again: {reason}{times}",
                     self.shared.context, self.shared.redacted
                 ));
             }
             outcome = self.decide_and_commit_as(&group, false);
+        } else if outcome.is_ok() {
+            self.merge_failures_in_a_row = 0;
         }
         let answers = match outcome {
             Ok(verdicts) => verdicts
