@@ -862,7 +862,12 @@ fn repo_root() -> PathBuf {
 }
 
 fn main() {
-    if let Err(e) = run() {
+    let outcome = run();
+    // Whatever became of the run: its Postgres contexts would otherwise stay in the database.
+    if let Err(e) = systems::drop_postgres_contexts() {
+        eprintln!("lapilli-bench: warning: {e}");
+    }
+    if let Err(e) = outcome {
         eprintln!("lapilli-bench: {e}");
         std::process::exit(1);
     }
@@ -1606,5 +1611,5 @@ fn run() -> Result<(), String> {
     fs::write(&md_path, report::markdown(&doc)).map_err(|e| e.to_string())?;
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());
     let _ = fs::remove_dir_all(&run_dir);
-    systems::drop_postgres_contexts()
+    Ok(())
 }

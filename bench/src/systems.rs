@@ -180,18 +180,19 @@ use lapilli_core as lap;
 /// The run's tag in the names of the Postgres contexts it made; unset if it made none.
 static POSTGRES_RUN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
 
-/// Drops the Postgres contexts (tables and merge functions) this run made. They used to be left
-/// in the database: 54 of them after a day's runs, their pages crowding the corpus's out of the
-/// server's 128 MiB of shared buffers, and the next run's R1 measured 102k events/s where a
-/// server without them gave 177k.
+/// Drops the Postgres contexts (tables and merge functions) this run made: those whose name's
+/// first `_`-separated part is `b<run>`. They used to be left in the database (54 of them after a
+/// day's runs), each run's tables and pages in the next one's server.
 pub fn drop_postgres_contexts() -> Res<()> {
     let Some(run) = POSTGRES_RUN.get() else { return Ok(()) };
     let url = std::env::var("LAPILLI_BENCH_POSTGRES_URL").map_err(|e| e.to_string())?;
     let mut client = postgres::Client::connect(&url, postgres::NoTls).map_err(|e| format!("postgres cleanup: {e}"))?;
+    // `split_part`, not `LIKE 'b<run>\_%'`: with `standard_conforming_strings` off the
+    // backslash is eaten and `_` matches any character, so another run's contexts matched.
     client
         .batch_execute(&format!(
             "DO $$ DECLARE c text; BEGIN \
-                 FOR c IN SELECT name FROM lapilli_contexts WHERE name LIKE 'b{run}\\_%' LOOP \
+                 FOR c IN SELECT name FROM lapilli_contexts WHERE split_part(name, '_', 1) = 'b{run}' LOOP \
                      EXECUTE format('DROP TABLE IF EXISTS %I', 'lapilli_events_' || c); \
                      EXECUTE format('DROP FUNCTION IF EXISTS %I()', 'lapilli_merge_' || c); \
                      DELETE FROM lapilli_contexts WHERE name = c; \
@@ -220,8 +221,11 @@ impl Lap {
     /// of `LAPILLI_BENCH_POSTGRES_URL`; the same directory opened again opens the same context.
     /// `drop_postgres_contexts` drops them when the run is done.
     fn open_postgres(dir: &Path) -> Res<Lap> {
+        // Nine digits (a context name holds 40 characters): the second, over some four months,
+        // and the process, so that two runs started in the same second do not share a tag.
         let run = POSTGRES_RUN.get_or_init(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 1_000_000
+            let second = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+            (second % 10_000_000) * 100 + u64::from(std::process::id()) % 100
         });
         let url = std::env::var("LAPILLI_BENCH_POSTGRES_URL")
             .map_err(|_| "postgres: set LAPILLI_BENCH_POSTGRES_URL (scripts/postgres.sh start prints a server's URL)")?;
