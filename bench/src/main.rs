@@ -861,12 +861,22 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn main() {
-    let outcome = run();
-    // Whatever became of the run: its Postgres contexts would otherwise stay in the database.
-    if let Err(e) = systems::drop_postgres_contexts() {
-        eprintln!("lapilli-bench: warning: {e}");
+/// Drops the run's Postgres contexts when `main` returns or a panic unwinds it (not on a
+/// signal: a run stopped with Ctrl-C leaves its contexts, named `b<run>_...`).
+struct DropPostgresContexts;
+
+impl Drop for DropPostgresContexts {
+    fn drop(&mut self) {
+        if let Err(e) = systems::drop_postgres_contexts() {
+            eprintln!("lapilli-bench: warning: {e}");
+        }
     }
+}
+
+fn main() {
+    let cleanup = DropPostgresContexts;
+    let outcome = run();
+    drop(cleanup);
     if let Err(e) = outcome {
         eprintln!("lapilli-bench: {e}");
         std::process::exit(1);

@@ -258,32 +258,48 @@ fn a_merge_cancelled_once_does_not_stop_the_merge() {
 
 /// Third review: a merge that fails every time for a reason that should pass (a timeout of the
 /// writer's role shorter than every merge) cost every group a rollback and a second decision,
-/// silently and for ever. After three such groups in a row the handle stops merging (and says
-/// so on stderr, as after a lasting failure). Simulated by a merge function that always raises
-/// `57014` and counts its calls in a sequence, which a rollback does not undo.
+/// silently and for ever. After three such groups in a row the handle pauses merging (for a
+/// minute, then longer; `writer::MergePauses`) and says so on stderr. Simulated by a merge
+/// function that always raises `57014` and counts its calls in a sequence, which a rollback
+/// does not undo.
 #[test]
-fn a_merge_that_always_times_out_is_given_up_after_three_groups() {
+fn a_merge_that_always_times_out_is_paused_after_three_groups() {
     let Some(base) = database_url() else { return };
-    let context = fresh_context("rv3_timeout");
+    let (context, calls) = merge_failing_on(&base, "rv3_timeout", "true", 6);
+    assert_eq!(calls, 3, "the merge was tried {calls} times in six groups of {context}");
+}
+
+/// Failures that do not come in a row do not pause the merge: a group that merged in between
+/// starts the count again (calls 1, 2, 4 and 5 fail, 3 and 6 merge).
+#[test]
+fn merges_failing_with_a_merge_in_between_are_not_paused() {
+    let Some(base) = database_url() else { return };
+    let (context, calls) = merge_failing_on(&base, "rv3_between", "n IN (1, 2, 4, 5)", 6);
+    assert_eq!(calls, 6, "the merge was tried {calls} times in six groups of {context}");
+}
+
+/// Appends `groups` groups of 100 events to a new context whose merge function raises `57014`
+/// when `failing` holds for `n`, its call number; every group must commit. Returns the context
+/// and how many times the function was called.
+fn merge_failing_on(base: &str, prefix: &str, failing: &str, groups: usize) -> (String, i64) {
+    let context = fresh_context(prefix);
     let n = context_suffix(&context);
-    let mut admin = Client::connect(&base, postgres::NoTls).unwrap();
-    let store = Store::open(context_url(&base, &context), Options::default()).unwrap();
+    let mut admin = Client::connect(base, postgres::NoTls).unwrap();
+    let store = Store::open(context_url(base, &context), Options::default()).unwrap();
     admin
         .batch_execute(&format!(
             "CREATE SEQUENCE public.rv3_calls_{n}; \
              CREATE OR REPLACE FUNCTION public.lapilli_merge_{context}() RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER \
-                 SET search_path = pg_catalog, pg_temp AS $$ BEGIN PERFORM nextval('public.rv3_calls_{n}'); \
-                 RAISE EXCEPTION 'canceling statement due to statement timeout' USING ERRCODE = '57014'; END $$;"
+                 SET search_path = pg_catalog, pg_temp AS $$ DECLARE n bigint := nextval('public.rv3_calls_{n}'); BEGIN \
+                 IF {failing} THEN RAISE EXCEPTION 'canceling statement due to statement timeout' USING ERRCODE = '57014'; END IF; \
+                 RETURN gin_clean_pending_list('public.lapilli_events_{context}_tags'::regclass); END $$;"
         ))
         .unwrap();
-    let mut heads = Vec::new();
-    for group in 0..6 {
-        heads.push(store.append(merge_batch(group * 100, 100), None).map(|r| r.last.get()));
-    }
+    let heads: Vec<u64> =
+        (0..groups).map(|group| store.append(merge_batch(group * 100, 100), None).map(|r| r.last.get()).unwrap()).collect();
     store.close().unwrap();
     let calls: i64 = admin.query_one(&format!("SELECT last_value FROM public.rv3_calls_{n}"), &[]).unwrap().get(0);
     let _ = admin.batch_execute(&format!("DROP SEQUENCE public.rv3_calls_{n}"));
-    let heads: Vec<u64> = heads.into_iter().map(Result::unwrap).collect();
-    assert_eq!(heads, vec![100, 200, 300, 400, 500, 600]);
-    assert_eq!(calls, 3, "the merge was tried {calls} times in six groups");
+    assert_eq!(heads, (1..=groups as u64).map(|g| g * 100).collect::<Vec<_>>());
+    (context, calls)
 }

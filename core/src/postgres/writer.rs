@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::error::Severity;
@@ -72,17 +72,63 @@ pub(crate) struct PgWriter {
     /// every group's transaction; None for a context made before there was one, or a user who
     /// may not call it (then the server merges once the list outgrows the index's limit).
     merge_tags: Option<String>,
-    /// Groups in a row whose merge failed (`MergeFailure::Once`); reset by one that merged.
-    merge_failures_in_a_row: u32,
+    /// When to try the merge again after it kept failing for reasons that should pass.
+    merge_pauses: MergePauses,
+    /// The last group committed with the merge (not without it, nor with nothing to write).
+    last_group_merged: bool,
 }
 
-/// Merges failed in a row, each for a reason that should pass, after which a handle stops
-/// merging, as after a lasting failure.
-const MERGE_FAILURES_TO_STOP: u32 = 3;
+/// Merges that failed in a row, each for a reason that should pass (`MergeFailure::Once`),
+/// after which a handle pauses merging: each such failure costs its group a rollback and a
+/// second decision, and one that keeps coming (a `statement_timeout` of the writer's role
+/// shorter than every merge) would cost every group that for as long as the handle lives.
+const MERGE_FAILURES_TO_PAUSE: u32 = 3;
+/// The first pause; each one after it (with no merge in between) is twice as long, up to
+/// `LONGEST_MERGE_PAUSE`: a handle open for weeks merges again once the cause is gone, and
+/// meanwhile tries (and rolls back) three groups an hour at most.
+const FIRST_MERGE_PAUSE: Duration = Duration::from_secs(60);
+const LONGEST_MERGE_PAUSE: Duration = Duration::from_secs(3600);
+
+/// Whether a handle tries the merge now, after merges that failed for reasons that should pass.
+struct MergePauses {
+    failures_in_a_row: u32,
+    /// No merge is tried before this.
+    paused_until: Option<Instant>,
+    next_pause: Duration,
+}
+
+impl MergePauses {
+    fn new() -> MergePauses {
+        MergePauses { failures_in_a_row: 0, paused_until: None, next_pause: FIRST_MERGE_PAUSE }
+    }
+
+    fn may_merge(&self, now: Instant) -> bool {
+        self.paused_until.is_none_or(|until| now >= until)
+    }
+
+    /// A group committed with the merge: failures so far no longer count.
+    fn merged(&mut self) {
+        *self = MergePauses::new();
+    }
+
+    /// A group's merge failed for a reason that should pass; the pause this begins, if it
+    /// is the last of `MERGE_FAILURES_TO_PAUSE` in a row.
+    fn failed(&mut self, now: Instant) -> Option<Duration> {
+        self.failures_in_a_row += 1;
+        if self.failures_in_a_row < MERGE_FAILURES_TO_PAUSE {
+            return None;
+        }
+        let pause = self.next_pause;
+        self.failures_in_a_row = 0;
+        self.paused_until = Some(now + pause);
+        self.next_pause = (pause * 2).min(LONGEST_MERGE_PAUSE);
+        Some(pause)
+    }
+}
 
 impl PgWriter {
     pub fn new(shared: Arc<PgShared>, durability: Durability, merge_tags: Option<String>) -> PgWriter {
-        PgWriter { shared, durability, client: None, merge_tags, merge_failures_in_a_row: 0 }
+        PgWriter { shared, durability, client: None, merge_tags, merge_pauses: MergePauses::new(), last_group_merged: false }
     }
 
     pub fn run(mut self, incoming: Receiver<Command>) {
@@ -122,23 +168,31 @@ impl PgWriter {
             // The merge failed (`sql::merge_failure`): the statement failed before COMMIT was
             // sent, so the group was rolled back whole and is decided again without merging, as
             // on a context that never had a merge; after a lasting failure (the function dropped
-            // or revoked, its index moved since the open), so is every later group of this handle,
-            // and after one that should pass but keeps coming (a `statement_timeout` of the
-            // writer's role shorter than every merge), since each costs its group a rollback.
-            self.merge_failures_in_a_row += 1;
-            let repeated = self.merge_failures_in_a_row >= MERGE_FAILURES_TO_STOP;
-            if failure == MergeFailure::Lasting || repeated {
-                let call = self.merge_tags.take().unwrap_or_default();
-                let times = if repeated { format!(" (it failed {} groups in a row)", self.merge_failures_in_a_row) } else { String::new() };
-                crate::error::report(format_args!(
-                    "lapilli: the writer of context {:?} in {} stops merging the tags index's pending list with {call} \
-                     until it is opened again: {reason}{times}",
-                    self.shared.context, self.shared.redacted
-                ));
+            // or revoked, its index moved since the open), so is every later group of this
+            // handle, and after a few that should pass but keep coming, every group of a pause.
+            let (context, url) = (&self.shared.context, &self.shared.redacted);
+            match failure {
+                MergeFailure::Lasting => {
+                    let call = self.merge_tags.take().unwrap_or_default();
+                    crate::error::report(format_args!(
+                        "lapilli: the writer of context {context:?} in {url} stops merging the tags index's pending list \
+                         with {call} until it is opened again: {reason}"
+                    ));
+                }
+                MergeFailure::Once => {
+                    if let Some(pause) = self.merge_pauses.failed(Instant::now()) {
+                        let call = self.merge_tags.as_deref().unwrap_or_default();
+                        crate::error::report(format_args!(
+                            "lapilli: the writer of context {context:?} in {url} pauses merging the tags index's pending list \
+                             with {call} for {} s: it failed {MERGE_FAILURES_TO_PAUSE} groups in a row, the last with: {reason}",
+                            pause.as_secs()
+                        ));
+                    }
+                }
             }
             outcome = self.decide_and_commit_as(&group, false);
-        } else if outcome.is_ok() {
-            self.merge_failures_in_a_row = 0;
+        } else if self.last_group_merged {
+            self.merge_pauses.merged();
         }
         let answers = match outcome {
             Ok(verdicts) => verdicts
@@ -167,11 +221,12 @@ impl PgWriter {
     }
 
     fn decide_and_commit(&mut self, group: &[PgAppend]) -> std::result::Result<Vec<Verdict>, Failed> {
-        self.decide_and_commit_as(group, true)
+        self.decide_and_commit_as(group, self.merge_pauses.may_merge(Instant::now()))
     }
 
     /// Decides and commits `group`, merging the tags index if `merge` and the handle can.
     fn decide_and_commit_as(&mut self, group: &[PgAppend], merge: bool) -> std::result::Result<Vec<Verdict>, Failed> {
+        self.last_group_merged = false;
         let shared = self.shared.clone();
         let url = &shared.redacted;
         let not_committed = |what: &str, e: &postgres::Error| Failed {
@@ -331,6 +386,7 @@ impl PgWriter {
                 }
             },
         }
+        self.last_group_merged = merge_call.is_some();
         self.shared.published.publish_head_at_least(head);
         // Only this thread writes it: a plain store, not a locked add (see `stats::bump`).
         crate::stats::bump(&self.shared.published.commit_groups, 1);
@@ -569,4 +625,42 @@ fn resolve(shared: &PgShared, txid: i64) -> Option<bool> {
 
 fn now_micros() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_pause_after_three_failures_in_a_row_for_pauses_that_double_and_a_merge_ends_them() {
+        let start = Instant::now();
+        let mut pauses = MergePauses::new();
+        // Two failures, a merge, two more: never three in a row.
+        assert_eq!((pauses.failed(start), pauses.failed(start)), (None, None));
+        pauses.merged();
+        assert_eq!((pauses.failed(start), pauses.failed(start)), (None, None));
+        assert!(pauses.may_merge(start));
+        // The third in a row pauses for a minute.
+        assert_eq!(pauses.failed(start), Some(FIRST_MERGE_PAUSE));
+        assert!(!pauses.may_merge(start + Duration::from_secs(59)));
+        assert!(pauses.may_merge(start + FIRST_MERGE_PAUSE));
+        // Three more failures after it: twice as long, and so on up to an hour.
+        let later = start + FIRST_MERGE_PAUSE;
+        assert_eq!((pauses.failed(later), pauses.failed(later)), (None, None));
+        assert_eq!(pauses.failed(later), Some(FIRST_MERGE_PAUSE * 2));
+        let mut longest = Duration::ZERO;
+        for _ in 0..30 {
+            for _ in 0..MERGE_FAILURES_TO_PAUSE {
+                longest = pauses.failed(later).unwrap_or(longest);
+            }
+        }
+        assert_eq!(longest, LONGEST_MERGE_PAUSE);
+        // One merge, and the next pause is a minute again.
+        pauses.merged();
+        assert!(pauses.may_merge(later));
+        for _ in 1..MERGE_FAILURES_TO_PAUSE {
+            assert_eq!(pauses.failed(later), None);
+        }
+        assert_eq!(pauses.failed(later), Some(FIRST_MERGE_PAUSE));
+    }
 }
