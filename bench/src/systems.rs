@@ -222,7 +222,8 @@ impl Lap {
     /// `drop_postgres_contexts` drops them when the run is done.
     fn open_postgres(dir: &Path) -> Res<Lap> {
         // Nine digits (a context name holds 40 characters): the second, over some four months,
-        // and the process, so that two runs started in the same second do not share a tag.
+        // and the process id's last two digits, so that two runs started in the same second
+        // share a tag (and drop each other's contexts) only one time in a hundred.
         let run = POSTGRES_RUN.get_or_init(|| {
             let second = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
             (second % 10_000_000) * 100 + u64::from(std::process::id()) % 100

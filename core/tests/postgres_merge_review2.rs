@@ -1,4 +1,5 @@
-//! The second review of the tags-index merge (649ac12), its findings now fixed. The first test:
+//! The second and third reviews of the tags-index merge (649ac12, fb956b2..acbadb7), their
+//! findings now fixed (the third's last two tests: merges that keep failing pause). The first test:
 //! schemas of any name hold a context whose writer merges. The others count the attempts of a
 //! group (a statement trigger on the events table bumps a sequence, which a rollback does not
 //! undo), so that a group rolled back and decided again is seen where the outcome alone looks

@@ -85,7 +85,7 @@ pub(crate) struct PgWriter {
 const MERGE_FAILURES_TO_PAUSE: u32 = 3;
 /// The first pause; each one after it (with no merge in between) is twice as long, up to
 /// `LONGEST_MERGE_PAUSE`: a handle open for weeks merges again once the cause is gone, and
-/// meanwhile tries (and rolls back) three groups an hour at most.
+/// meanwhile, once its pauses reach an hour, tries (and rolls back) three groups an hour.
 const FIRST_MERGE_PAUSE: Duration = Duration::from_secs(60);
 const LONGEST_MERGE_PAUSE: Duration = Duration::from_secs(3600);
 
