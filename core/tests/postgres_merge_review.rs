@@ -7,15 +7,10 @@
 
 mod common;
 
-use common::postgres::{change_privileges, TablesGivenAway, as_user, context_suffix, context_url, database_url, fresh_context, merge_batch, url_from};
+use common::postgres::{
+    TablesGivenAway, as_user, change_privileges, context_suffix, context_url, database_url, fresh_context, merge_batch, pending_pages, url_from,
+};
 use lapilli_core::{AppendCondition, ErrorKind, Event, Options, Query, Store};
-
-fn pending_pages(admin: &mut postgres::Client, schema: &str, context: &str) -> i64 {
-    admin
-        .query_one(&format!("SELECT gin_clean_pending_list('{schema}.lapilli_events_{context}_tags'::regclass)"), &[])
-        .unwrap()
-        .get(0)
-}
 
 /// ALTER TABLE ... OWNER TO (a migration role taking over the tables) leaves the function owned
 /// by the old creator, whose `gin_clean_pending_list` would fail "must be owner of index": the
@@ -63,7 +58,7 @@ fn a_schema_whose_name_holds_the_dollar_quote_tag_holds_a_context() {
         store.close()?;
         appended
     });
-    let left = outcome.as_ref().ok().map(|_| pending_pages(&mut admin, &schema, &context));
+    let left = outcome.as_ref().ok().map(|_| pending_pages(&mut admin, &format!("d$lapilli$_{n}"), &context));
     let _ = change_privileges(&mut admin, &format!("DROP SCHEMA {schema} CASCADE; DROP ROLE {role};"));
     assert_eq!(outcome.unwrap(), 2000);
     assert_eq!(left, Some(0), "the writer did not merge in a schema whose name holds the quote");

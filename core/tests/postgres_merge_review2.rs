@@ -11,7 +11,9 @@
 
 mod common;
 
-use common::postgres::{change_privileges, TablesGivenAway, as_user, context_suffix, context_url, database_url, fresh_context, merge_batch};
+use common::postgres::{
+    TablesGivenAway, as_user, change_privileges, context_suffix, context_url, database_url, fresh_context, merge_batch, pending_pages,
+};
 use lapilli_core::{Options, Store};
 use postgres::Client;
 
@@ -23,16 +25,6 @@ fn run_formatted(admin: &mut Client, template: &str, args: &[&str]) {
     let params: Vec<&(dyn postgres::types::ToSql + Sync)> = args.iter().map(|a| a as &(dyn postgres::types::ToSql + Sync)).collect();
     let statement: String = admin.query_one(&sql, &params).unwrap().get(0);
     admin.batch_execute(&statement).unwrap();
-}
-
-fn pending_pages(admin: &mut Client, schema: &str, context: &str) -> i64 {
-    admin
-        .query_one(
-            "SELECT gin_clean_pending_list(format('%I.%I', $1::text, $2::text)::regclass)",
-            &[&schema, &format!("lapilli_events_{context}_tags")],
-        )
-        .unwrap()
-        .get(0)
 }
 
 /// Counts the statements that insert into the context's events table from now on, committed or

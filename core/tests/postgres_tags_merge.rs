@@ -7,17 +7,8 @@
 
 mod common;
 
-use common::postgres::{as_user, change_privileges, context_suffix, context_url, database_url, fresh_context, merge_batch};
+use common::postgres::{as_user, change_privileges, context_suffix, context_url, database_url, fresh_context, merge_batch, pending_pages};
 use lapilli_core::{Options, Query, ReadOptions, Store};
-
-/// Pages in the pending list of `context`'s tags index, taken out of it: what the writer left.
-/// Asked as the superuser (only the index's owner may merge).
-fn merge_what_is_left(admin: &mut postgres::Client, context: &str) -> i64 {
-    admin
-        .query_one(&format!("SELECT gin_clean_pending_list('lapilli_events_{context}_tags'::regclass)"), &[])
-        .unwrap()
-        .get(0)
-}
 
 /// A new context made by the superuser, and a role that owns nothing and may do only what a
 /// writer does: (the context, the role, the role's URL of the context).
@@ -48,7 +39,7 @@ fn the_writer_leaves_no_pending_list_and_the_index_has_one() {
     let store = Store::open(context_url(&base, &context), Options::default()).unwrap();
     let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
     store.append(merge_batch(0, 2000), None).unwrap();
-    assert_eq!(merge_what_is_left(&mut admin, &context), 0, "the writer's group left a pending list");
+    assert_eq!(pending_pages(&mut admin, "public", &context), 0, "the writer's group left a pending list");
 
     // The same rows written past the writer fill a pending list: the index has one, so the
     // zero above is the writer's merge and not an index without `fastupdate`.
@@ -58,7 +49,7 @@ fn the_writer_leaves_no_pending_list_and_the_index_has_one() {
              FROM generate_series(1, 2000) i"
         ))
         .unwrap();
-    assert!(merge_what_is_left(&mut admin, &context) > 0, "an insert by another client left no pending list");
+    assert!(pending_pages(&mut admin, "public", &context) > 0, "an insert by another client left no pending list");
     admin.batch_execute(&format!("DELETE FROM lapilli_events_{context} WHERE position > 100000")).unwrap();
 
     assert_eq!(read_tag(&store, "entity:7"), 1);
@@ -75,7 +66,7 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
 
     let store = Store::open(&url, Options::default()).unwrap();
     store.append(merge_batch(0, 2000), None).unwrap();
-    assert_eq!(merge_what_is_left(&mut admin, &context), 0, "a writer that does not own the index left a pending list");
+    assert_eq!(pending_pages(&mut admin, "public", &context), 0, "a writer that does not own the index left a pending list");
 
     // EXECUTE revoked under an open handle: its next group is refused the merge, rolled back,
     // and decided again without it, so it still commits, and leaves a pending list.
@@ -83,13 +74,13 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
     let result = store.append(merge_batch(2000, 2000), None).unwrap();
     assert_eq!((result.first.get(), result.last.get()), (2001, 4000));
     assert_eq!(store.head().unwrap().get(), 4000);
-    assert!(merge_what_is_left(&mut admin, &context) > 0, "the writer merged after EXECUTE was revoked");
+    assert!(pending_pages(&mut admin, "public", &context) > 0, "the writer merged after EXECUTE was revoked");
     store.close().unwrap();
 
     // Opened again, the handle sees it may not merge, and appends without trying.
     let store = Store::open(&url, Options::default()).unwrap();
     store.append(merge_batch(4000, 2000), None).unwrap();
-    assert!(merge_what_is_left(&mut admin, &context) > 0, "a writer that may not merge left no pending list");
+    assert!(pending_pages(&mut admin, "public", &context) > 0, "a writer that may not merge left no pending list");
     assert_eq!(read_tag(&store, "s10:3"), 600);
     assert_eq!(read_tag(&store, "entity:4321"), 1);
     store.close().unwrap();
@@ -98,8 +89,8 @@ fn a_writer_that_owns_nothing_merges_and_one_that_may_not_still_appends() {
 
 /// A writer that comes to append without merging says so on stderr, once: when the merge fails
 /// for good under an open handle (`EXECUTE` revoked), and when an open finds a function it may
-/// not use (no `EXECUTE`; its index renamed), with the reason; one that merges says nothing. Run in a child process (this test binary again), whose
-/// stderr is the parent's to read.
+/// not use (no `EXECUTE`; its index renamed), with the reason; one that merges says nothing.
+/// Run in a child process (this test binary again), whose stderr is the parent's to read.
 #[test]
 fn a_writer_that_stops_merging_or_cannot_merge_says_so_on_stderr() {
     let Some(base) = database_url() else { return };

@@ -75,6 +75,19 @@ pub fn change_privileges(admin: &mut postgres::Client, statements: &str) -> Resu
     admin.batch_execute(&format!("SELECT pg_advisory_xact_lock(7362115470311958528); {statements}"))
 }
 
+/// Pages in the pending list of the tags index of `context` in `schema` (a name as it is, any
+/// characters), taken out of it: what the writer left. Asked as the superuser (only the index's
+/// owner may merge).
+pub fn pending_pages(admin: &mut postgres::Client, schema: &str, context: &str) -> i64 {
+    admin
+        .query_one(
+            "SELECT gin_clean_pending_list(format('%I.%I', $1::text, $2::text)::regclass)",
+            &[&schema, &format!("lapilli_events_{context}_tags")],
+        )
+        .unwrap()
+        .get(0)
+}
+
 /// A context made by a login role that owns nothing else, whose tables were then given to
 /// another role (a migration role taking them over: `ALTER TABLE ... OWNER TO`); the maker keeps
 /// `SELECT, INSERT` and its function still belongs to it. `url` is the maker's URL of the context.
