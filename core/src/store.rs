@@ -15,6 +15,7 @@ use crate::index::{Planner, seal};
 use crate::location::Location;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN};
 use crate::log::prepare::SegmentPreparer;
+use crate::log::zero_ahead::ZeroAhead;
 use crate::append::{AppendCondition, AppendResult};
 use crate::open::{RecoveryReport, create_store_dir, recover, take_lock};
 use crate::options::{Options, QUEUE_DEPTH};
@@ -144,15 +145,18 @@ impl Store {
             .name("lapilli-sealer".into())
             .spawn(move || seal::run(sealer_queue, sealer_published, file_mode, part_bytes, found_parts))
             .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
+        let active = recovered.active;
+        let zero_ahead = ZeroAhead::start_if_needed(&active.file, &active.path, active.end, active.capacity);
         let writer = Writer {
             published: published.clone(),
-            active: recovered.active,
+            active,
             active_entry: recovered.entry,
             active_index: recovered.tail,
             sealer: to_sealer,
             part_start: recovered.part_start,
             part_bytes: options.part_bytes,
             next_segment: SegmentPreparer::start(&path, options.segment_size, options.file_mode)?,
+            zero_ahead,
             durability: options.durability,
             head,
             last_recorded_at: recovered.last_recorded_at,

@@ -326,6 +326,49 @@ fn kill_loop() {
     assert!(segments > 3, "kills must also land around roll-overs and sealing");
 }
 
+/// A store's first segment is only allocated, and its writer has a thread writing zeros a few
+/// MiB ahead of the commits (`log/zero_ahead.rs`) once it has written 64 KiB: kills that land
+/// while both write the same file lose no acknowledged batch, and the zeros did go ahead.
+#[test]
+fn kills_while_zeros_are_written_ahead_of_the_commits() {
+    let _serial = serial();
+    const LARGE: u64 = 32 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(11);
+    let mut all_acks = Vec::new();
+    for cycle in 0..4u32 {
+        let running = start_sized_child(dir.path(), cycle * 10, None, LARGE);
+        std::thread::sleep(Duration::from_millis(rng.range(150, 400)));
+        all_acks.extend(running.kill());
+        verify_sized(dir.path(), &all_acks, LARGE);
+    }
+    // Still the first segment; past its last committed byte, the zeros reach well beyond the
+    // lead the zeroer leaves when it starts after the writer.
+    let segments: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    // ext4 reports an unwritten extent whose pages are in the page cache (the reopens read past
+    // the end) as data: the file's pages are evicted first, and the holes found before anything
+    // reads it again.
+    let file = std::fs::File::open(&segments[0]).unwrap();
+    // SAFETY: plain syscall on a descriptor we own; the store is closed, so its pages are clean.
+    unsafe { libc::posix_fadvise(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let holes: Vec<i64> = (0..LARGE as i64 / 4096)
+        .map(|page| {
+            // SAFETY: plain syscall on a descriptor we own.
+            unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(&file), page * 4096, libc::SEEK_HOLE) }
+        })
+        .collect();
+    let log = std::fs::read(&segments[0]).unwrap();
+    let last_data = log.iter().rposition(|&b| b != 0).unwrap() as i64;
+    assert!(last_data > 4 * (64 << 10), "the children wrote too little to start the zeroer: {last_data} bytes");
+    let hole = holes[last_data as usize / 4096];
+    assert!(hole > last_data + (256 << 10), "no zeros ahead of the commits: data ends at {last_data}, a hole at {hole}");
+}
+
 /// Runs a child with `spec` armed until it crashes, then verifies the store.
 fn crash_at(spec: &str) -> (tempfile::TempDir, Vec<Ack>, Store) {
     let dir = tempfile::tempdir().unwrap();

@@ -6,5 +6,6 @@
 
 pub mod format;
 pub(crate) mod prepare;
+pub(crate) mod zero_ahead;
 pub mod recovery;
 pub(crate) mod segment;

@@ -31,7 +31,7 @@ pub const PREPARED_FILE: &str = "next-segment.prepared";
 
 /// Zeros written (and flushed) per step while preparing: small steps keep each burst of
 /// writeback short, so a group commit's fsync never queues behind megabytes of zeros.
-const ZERO_CHUNK: usize = 256 << 10;
+pub(crate) const ZERO_CHUNK: usize = 256 << 10;
 
 /// Prepares segment files on its own thread, one at a time, on request.
 pub(crate) struct SegmentPreparer {
@@ -183,7 +183,7 @@ fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<(Fi
 /// segment never leaves more than a chunk of dirty pages for the writer's next fsync to flush
 /// (`sync_file_range`; its durability comes from the `sync_all` at the end).
 #[cfg(target_os = "linux")]
-fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
+pub(crate) fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
     // SAFETY: plain syscall on a descriptor we own for the duration of the call.
     let flushed = unsafe {
         libc::sync_file_range(
@@ -199,6 +199,6 @@ fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
 /// Elsewhere there is no range write-out: the pages stay dirty until the `sync_all` at the end
 /// (the same durability; the writer's fsync may meet more dirty pages of this file).
 #[cfg(not(target_os = "linux"))]
-fn write_out(_file: &File, _at: u64, _len: usize) -> io::Result<()> {
+pub(crate) fn write_out(_file: &File, _at: u64, _len: usize) -> io::Result<()> {
     Ok(())
 }

@@ -16,6 +16,7 @@ use crate::index::SegmentIndex;
 use crate::index::seal::SealJob;
 use crate::index::tail::TailIndex;
 use crate::log::prepare::{InstallError, Installed, SegmentPreparer};
+use crate::log::zero_ahead::ZeroAhead;
 use crate::log::segment::ActiveSegment;
 use crate::position::Position;
 use crate::query::Query;
@@ -87,6 +88,9 @@ pub(crate) struct Writer {
     pub part_bytes: u64,
     /// Prepares the next segment (of `segment_size`) while the active one fills.
     pub next_segment: SegmentPreparer,
+    /// Keeps the blocks past the end written with zeros while the active segment is one that was
+    /// only allocated (a store's first); None in a prepared one.
+    pub zero_ahead: Option<ZeroAhead>,
     pub durability: Durability,
     /// Last committed position.
     pub head: u64,
@@ -389,6 +393,9 @@ impl Writer {
     /// One write of a whole group (the fault points stand for a crash or a device error in the
     /// middle of it).
     fn write_group(&self, bytes: &[u8]) -> std::io::Result<()> {
+        if let Some(zero_ahead) = &self.zero_ahead {
+            zero_ahead.before_write(self.active.end, self.active.end + bytes.len() as u64);
+        }
         if crate::fault::hit("commit.torn_marker").is_some() {
             // The last commit marker's length reaches the disk, its checksum and payload do not.
             let _ = self.active.write_at_end(&bytes[..bytes.len() - MARKER_RECORD_LEN + 4]);
@@ -451,6 +458,9 @@ impl Writer {
             }
         };
         let Installed { file, path, log, header_crc: chain } = installed;
+        // The new segment was prepared with zeros; the old one's zeroer stops (after its step
+        // under way, past the old segment's end).
+        self.zero_ahead = None;
         log.advise_point_reads(); // as at open
         let index = Arc::new(TailIndex::new());
         let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), Arc::new(log), SegmentIndex::Tail(index.clone())));
