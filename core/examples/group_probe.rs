@@ -1,0 +1,76 @@
+//! Group commits under N unbatched writers: appends/s, groups/s, events per group, fsync and
+//! append latency. Each writer appends one 256-byte event at a time (two tags, no condition) with
+//! `fsync` durability, into a new store's first segment (only allocated: the writer zeros ahead
+//! of itself in it, `log/zero_ahead.rs`), or with `PREFILL=1` into a prepared second segment
+//! (the first, of 64 MiB, filled beforehand), for comparing the two.
+//!
+//! ```sh
+//! cargo run --release -p lapilli-core --example group_probe -- [WRITERS] [SECONDS] [DIR]
+//! ```
+//! DIR must be on a real disk (default: `target/group-probe`, removed first).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lapilli_core::{Event, Options, Store};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let writers: usize = args.next().map_or(16, |s| s.parse().unwrap());
+    let secs: f64 = args.next().map_or(3.0, |s| s.parse().unwrap());
+    let dir = args.next().map_or_else(|| std::path::PathBuf::from("target/group-probe"), std::path::PathBuf::from);
+    let _ = std::fs::remove_dir_all(&dir);
+    let prefill = std::env::var_os("PREFILL").is_some();
+    let mut options = Options::default();
+    if prefill {
+        options.segment_size = 64 << 20;
+    }
+    let store = Arc::new(Store::open(&dir, options).unwrap());
+    if prefill {
+        // Fills the first segment in large batches, so the measured appends land in the next.
+        for _ in 0..70 {
+            let batch: Vec<Event> = (0..16).map(|_| Event::new("Filler", ["filler"], vec![0u8; 60_000])).collect();
+            store.append(batch, None).unwrap();
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let before = store.stats().unwrap();
+    let stop = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    let handles: Vec<_> = (0..writers)
+        .map(|w| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut latencies = Vec::new();
+                let mut i = 0u64;
+                while Instant::now() < stop {
+                    let t = Instant::now();
+                    let event = Event::new("Probe", [format!("w{w}"), format!("u{w}-{i}")], vec![7u8; 256]);
+                    store.append(vec![event], None).unwrap();
+                    latencies.push(t.elapsed().as_micros() as u64);
+                    i += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let after = store.stats().unwrap();
+    let events = after.events_appended - before.events_appended;
+    let groups = after.group_commits - before.group_commits;
+    // The fsync percentiles are the handle's (with PREFILL, the filler's fsyncs are in them).
+    println!(
+        "writers {writers}: {:.0} appends/s, {:.0} groups/s, {:.2} events/group, fsync p50 {} us, p99 {} us; append p50 {} us, p99 {} us",
+        events as f64 / elapsed,
+        groups as f64 / elapsed,
+        events as f64 / groups as f64,
+        after.fsync_p50_micros,
+        after.fsync_p99_micros,
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() * 99 / 100],
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
