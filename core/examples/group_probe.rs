@@ -7,7 +7,8 @@
 //! ```sh
 //! cargo run --release -p lapilli-core --example group_probe -- [WRITERS] [SECONDS] [DIR]
 //! ```
-//! DIR must be on a real disk (default: `target/group-probe`, removed first).
+//! The store is made in a new directory inside DIR (default: `target`), removed at the end; DIR
+//! must be on a real disk.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,8 +19,8 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let writers: usize = args.next().map_or(16, |s| s.parse().unwrap());
     let secs: f64 = args.next().map_or(3.0, |s| s.parse().unwrap());
-    let dir = args.next().map_or_else(|| std::path::PathBuf::from("target/group-probe"), std::path::PathBuf::from);
-    let _ = std::fs::remove_dir_all(&dir);
+    let parent = args.next().map_or_else(|| std::path::PathBuf::from("target"), std::path::PathBuf::from);
+    let dir = parent.join(format!("group-probe-{}", std::process::id()));
     let prefill = std::env::var_os("PREFILL").is_some();
     let mut options = Options::default();
     if prefill {

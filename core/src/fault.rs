@@ -9,6 +9,7 @@
 //! Points: `commit.before_write`, `close.fsync` (the final fsync of `close`), `commit.torn_marker` (writes the group but the last bytes of
 //! its final commit marker, then aborts), `commit.short_write` (writes half the group, then
 //! fails), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
+//! `segment.zero_ahead` (the zeroer's copy of a step of zeros, `log/zero_ahead.rs`),
 //! `segment.before_header`, `index.before_rename`, `dir.fsync` (every fsync of a directory).
 
 /// What an armed point does when it fires.
@@ -42,6 +43,11 @@ mod armed {
         ARMED.lock().unwrap().clear();
     }
 
+    /// Whether a fault is still armed at `point` (it has not fired yet).
+    pub fn is_armed(point: &str) -> bool {
+        ARMED.lock().unwrap().iter().any(|a| a.point == point)
+    }
+
     /// Arms what `LAPILLI_FAULT` names (`point:action[:skip]`), if set.
     pub fn arm_from_env() {
         let Ok(spec) = std::env::var("LAPILLI_FAULT") else { return };
@@ -69,7 +75,7 @@ mod armed {
 }
 
 #[cfg(feature = "fault-injection")]
-pub use armed::{arm, arm_from_env, disarm_all};
+pub use armed::{arm, arm_from_env, disarm_all, is_armed};
 
 #[cfg(feature = "fault-injection")]
 pub(crate) use armed::hit;

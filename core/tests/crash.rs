@@ -177,6 +177,15 @@ impl Witnessed {
         self.finish()
     }
 
+    /// Waits until the child has acknowledged `batches` batches, at most `limit`.
+    fn wait_for_acks(&self, batches: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.acks.lock().unwrap().len() < batches {
+            assert!(Instant::now() < deadline, "the child acknowledged fewer than {batches} batches in {limit:?}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     fn kill(mut self) -> Vec<Ack> {
         self.child.kill().unwrap();
         self.finish()
@@ -338,35 +347,63 @@ fn kills_while_zeros_are_written_ahead_of_the_commits() {
     let mut all_acks = Vec::new();
     for cycle in 0..4u32 {
         let running = start_sized_child(dir.path(), cycle * 10, None, LARGE);
-        std::thread::sleep(Duration::from_millis(rng.range(150, 400)));
+        // About 200 bytes a batch: past the 64 KiB that arm the zeroer, and the lead it leaves
+        // when it starts after the writer; then a kill at a random moment of its work.
+        running.wait_for_acks(1000, Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(rng.range(10, 150)));
         all_acks.extend(running.kill());
         verify_sized(dir.path(), &all_acks, LARGE);
     }
     // Still the first segment; past its last committed byte, the zeros reach well beyond the
     // lead the zeroer leaves when it starts after the writer.
-    let segments: Vec<_> = std::fs::read_dir(dir.path())
+    let (last_data, hole) = data_end_and_next_hole(dir.path());
+    assert!(hole > last_data + (256 << 10), "no zeros ahead of the commits: data ends at {last_data}, a hole at {hole}");
+}
+
+/// A zeroer whose write fails stops; the writer goes on committing (into blocks not zeroed) and
+/// nothing is lost.
+#[test]
+fn a_failed_zeroing_step_stops_the_zeroer_and_nothing_else() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), sized(32 << 20)).unwrap();
+    fault::arm("segment.zero_ahead", Fault::Errno(libc_eio()), 0);
+    let mut seqs = Vec::new();
+    for seq in 0..2000 {
+        store.append(batch(1, seq), None).unwrap();
+        seqs.push(seq);
+    }
+    assert!(!fault::is_armed("segment.zero_ahead"), "the zeroer never reached its first step");
+    store.close().unwrap();
+    fault::disarm_all();
+    let (last_data, hole) = data_end_and_next_hole(dir.path());
+    assert!(hole <= last_data + 4096, "the zeroer went on after its failure: data ends at {last_data}, a hole at {hole}");
+    let store = Store::open(dir.path(), sized(32 << 20)).unwrap();
+    assert_eq!(batch_seqs(&store), seqs);
+    store.close().unwrap();
+}
+
+/// In a closed store of one segment: the offset of the segment's last non-zero byte, and of the
+/// first hole (unwritten extent) at or past it.
+fn data_end_and_next_hole(store: &Path) -> (i64, i64) {
+    let segments: Vec<_> = std::fs::read_dir(store)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "log"))
         .collect();
     assert_eq!(segments.len(), 1, "{segments:?}");
-    // ext4 reports an unwritten extent whose pages are in the page cache (the reopens read past
-    // the end) as data: the file's pages are evicted first, and the holes found before anything
+    // ext4 reports an unwritten extent whose pages are in the page cache (reopens read past the
+    // end) as data: the file's pages are evicted first, and the holes found before anything
     // reads it again.
     let file = std::fs::File::open(&segments[0]).unwrap();
-    // SAFETY: plain syscall on a descriptor we own; the store is closed, so its pages are clean.
-    unsafe { libc::posix_fadvise(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    let holes: Vec<i64> = (0..LARGE as i64 / 4096)
-        .map(|page| {
-            // SAFETY: plain syscall on a descriptor we own.
-            unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(&file), page * 4096, libc::SEEK_HOLE) }
-        })
-        .collect();
+    let fd = std::os::unix::io::AsRawFd::as_raw_fd(&file);
+    // SAFETY: plain syscalls on a descriptor we own; the store is closed, so its pages are clean.
+    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let len = file.metadata().unwrap().len() as i64;
+    let holes: Vec<i64> = (0..len / 4096).map(|page| unsafe { libc::lseek(fd, page * 4096, libc::SEEK_HOLE) }).collect();
     let log = std::fs::read(&segments[0]).unwrap();
     let last_data = log.iter().rposition(|&b| b != 0).unwrap() as i64;
-    assert!(last_data > 4 * (64 << 10), "the children wrote too little to start the zeroer: {last_data} bytes");
-    let hole = holes[last_data as usize / 4096];
-    assert!(hole > last_data + (256 << 10), "no zeros ahead of the commits: data ends at {last_data}, a hole at {hole}");
+    (last_data, holes[last_data as usize / 4096])
 }
 
 /// Runs a child with `spec` armed until it crashes, then verifies the store.

@@ -5,24 +5,30 @@
 //! nobody wrote before converts it, and its `fdatasync` then commits the file system's journal as
 //! well as the data. One writer of small events meets a new block every sixteenth commit or so;
 //! from 16 writers on, nearly every group is 4 KiB or more and meets one each time. Measured
-//! (`bench/README.md`, "Zeroing ahead"): 16 unbatched writers made 32k appends/s with a p50
+//! (`bench/README.md`, "Zeros ahead of the writer"): 16 unbatched writers made 32k appends/s with a p50
 //! fsync of 319 us in a fresh store's first segment, and 54k with 143 us in a prepared one.
 //!
 //! So a thread keeps the next few MiB past the writer's end written with zeros, flushed and
-//! synced, in [`ZERO_CHUNK`] steps, and the writer's commits land in converted blocks. It only
-//! starts once the writer has written [`ARM_AFTER`] past the point the segment was opened at:
-//! a store that takes a few appends (every test) never pays for it.
+//! synced, in [`ZERO_CHUNK`] steps, and the writer's commits land in converted blocks. It runs
+//! only where that pays: with `fsync` durability (with `buffered` no commit waits for a sync),
+//! on Linux, on ext4 or XFS (on tmpfs there is no disk, and on a copy-on-write file system an
+//! overwrite allocates anew), and only once the writer has written [`ARM_AFTER`] past the point
+//! the segment was opened at (until then the thread waits, and a store that takes a few
+//! appends, such as a test's, has no zeros written for it).
 //!
 //! Zeros written over a commit would destroy it, so the two agree on ranges: the zeroer claims a
 //! range only at or past the writer's reserved end (rounded up to a page, so the page holding the
-//! last committed bytes is never written), and never below its `frontier` again; the writer,
-//! before writing past `frontier`, reserves its range under the lock and waits for a claim that
-//! overlaps it. Below `frontier` the writer's check is one atomic load.
+//! last committed bytes is never written), never below its `frontier` again, and holds the
+//! claim only while it copies the zeros into the page cache (the flush and sync come after). The
+//! writer, before writing a group that ends within [`LOW_WATER`] of the frontier, reserves its
+//! range under the lock and waits out a claim that overlaps it (at most one step); further below
+//! the frontier its check is one atomic load.
 //!
 //! The zeroer writes through a file description of its own (the file opened again by path, not
 //! a `dup`): the kernel reports a writeback error once per description, so an `fdatasync` of the
 //! zeroer that met one must not take it away from the writer's next fsync (which would then
-//! acknowledge a group whose pages never reached the disk).
+//! acknowledge a group whose pages never reached the disk). The writer's fsync still meets an
+//! error of the zeroer's pages (errors are kept per file), and is poisoned by it as by any other.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -32,6 +38,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crate::log::prepare::{ZERO_CHUNK, write_out};
+use crate::options::Durability;
 
 /// How far past the writer's end the zeroer keeps the segment written.
 const WINDOW: u64 = 8 << 20;
@@ -75,14 +82,16 @@ struct State {
 }
 
 impl ZeroAhead {
-    /// A zeroer for the active segment at `path` whose committed bytes end at `end`, if the
-    /// segment has unwritten space past its end (on Linux, found with `SEEK_HOLE`, which reports
-    /// unwritten extents as holes); None if it is written through (a prepared segment), or if
-    /// the zeroer cannot start (the commits are then only slower).
-    pub fn start_if_needed(file: &File, path: &Path, end: u64, capacity: u64) -> Option<ZeroAhead> {
-        if !has_unwritten_space(file, end.next_multiple_of(PAGE), capacity) {
+    /// A zeroer for the active segment at `path` whose committed bytes end at `end`, if it would
+    /// pay (see the module's doc): `fsync` durability, and unwritten space past the end (found
+    /// with `SEEK_HOLE`, which reports unwritten extents as holes) on ext4 or XFS. None for a
+    /// written-through (prepared) segment, or if the zeroer cannot start: commits are then only
+    /// slower.
+    pub fn start_if_needed(file: &File, path: &Path, end: u64, capacity: u64, durability: Durability) -> Option<ZeroAhead> {
+        if durability != Durability::Fsync || !zeros_pay_on(file) {
             return None;
         }
+        let first_hole = first_hole(file, end.next_multiple_of(PAGE), capacity)?;
         let own = OpenOptions::new().write(true).open(path).ok()?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -95,39 +104,62 @@ impl ZeroAhead {
                 pause_before_write: std::time::Duration::ZERO,
             }),
             changed: Condvar::new(),
-            frontier: AtomicU64::new(end),
+            // What an earlier session zeroed is not zeroed again.
+            frontier: AtomicU64::new(first_hole / PAGE * PAGE),
         });
         let zeroer = shared.clone();
         let thread = std::thread::Builder::new()
-            .name("lapilli-zero-ahead".into())
+            .name("lapilli-zeroer".into())
             .spawn(move || zeroer.run(&own))
             .ok()?;
         Some(ZeroAhead { shared, thread: Some(thread) })
     }
 
-    /// Called by the writer before it writes `from..to` of the segment: waits until no zeroing
-    /// step covers that range, and keeps the zeroer `WINDOW` ahead.
+    /// Called by the writer before it writes `from..to` of the segment: reserves the range,
+    /// waits until no zeroing step covers it, and keeps the zeroer `WINDOW` ahead.
     pub fn before_write(&self, from: u64, to: u64) {
         if to.saturating_add(LOW_WATER) <= self.shared.frontier.load(Ordering::Acquire) {
             return;
         }
         let mut state = self.shared.lock();
+        // Reserved before the wait, so the zeroer's next claim starts past it: the writer waits
+        // for at most the step under way.
+        state.writer_end = state.writer_end.max(to);
         while state.claim.is_some_and(|(start, end)| start < to && from < end) {
             state = self.shared.changed.wait(state).unwrap_or_else(|p| p.into_inner());
         }
-        state.writer_end = state.writer_end.max(to);
         drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Claims no more ranges (the step under way finishes); the writer calls it when it leaves
+    /// the segment, and `drop` waits for the thread.
+    pub fn stop(&self) {
+        self.shared.lock().stop = true;
         self.shared.changed.notify_all();
     }
 }
 
 impl Drop for ZeroAhead {
     fn drop(&mut self) {
-        self.shared.lock().stop = true;
-        self.shared.changed.notify_all();
+        self.stop();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// However the zeroer's loop ends (stopped, failed, done, or a panic), it claims nothing more:
+/// the claim it held is released and the writer's check becomes the atomic load for good.
+struct Finished<'a>(&'a Shared);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.claim = None;
+        self.0.frontier.store(u64::MAX, Ordering::Release);
+        drop(state);
+        self.0.changed.notify_all();
     }
 }
 
@@ -137,6 +169,7 @@ impl Shared {
     }
 
     fn run(&self, file: &File) {
+        let _finished = Finished(self);
         let zeros = vec![0u8; ZERO_CHUNK];
         let mut state = self.lock();
         loop {
@@ -153,20 +186,22 @@ impl Shared {
             drop(state);
             #[cfg(test)]
             std::thread::sleep(pause);
-            let zeroed = crate::fault::io_point("segment.zero_ahead")
-                .and_then(|_| file.write_all_at(&zeros[..(to - from) as usize], from))
-                .and_then(|_| write_out(file, from, (to - from) as usize))
-                .and_then(|_| file.sync_data());
+            let len = (to - from) as usize;
+            let copied = crate::fault::io_point("segment.zero_ahead").and_then(|_| file.write_all_at(&zeros[..len], from));
             state = self.lock();
             state.claim = None;
-            // After a failure the segment is left as it is: commits into it are slower, not
-            // wrong (the writer's own fsync reports any error of its own pages).
-            let frontier = if zeroed.is_ok() && to < state.capacity { to } else { u64::MAX };
-            self.frontier.store(frontier, Ordering::Release);
-            self.changed.notify_all();
-            if frontier == u64::MAX {
+            if copied.is_err() {
                 return;
             }
+            self.frontier.store(to, Ordering::Release);
+            drop(state);
+            self.changed.notify_all();
+            // The journal commit of the conversion is this sync's, not a group commit's. A
+            // failure stops the zeroing; the writer's next fsync meets the error too.
+            if write_out(file, from, len).and_then(|_| file.sync_data()).is_err() || to >= self.lock().capacity {
+                return;
+            }
+            state = self.lock();
         }
     }
 
@@ -186,45 +221,73 @@ impl Shared {
     }
 }
 
-/// Whether `file` has a hole or unwritten extent between `from` and `capacity`.
+/// The first hole or unwritten extent of `file` at or past `from`, if it is before `capacity`.
 #[cfg(target_os = "linux")]
-fn has_unwritten_space(file: &File, from: u64, capacity: u64) -> bool {
+fn first_hole(file: &File, from: u64, capacity: u64) -> Option<u64> {
     if from >= capacity {
-        return false;
+        return None;
     }
     // SAFETY: plain syscall on a descriptor we own. It moves the descriptor's offset, which no
     // one uses: every access to segment files is positioned (pread/pwrite) or mapped.
     let hole = unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(file), from as libc::off_t, libc::SEEK_HOLE) };
-    hole >= 0 && (hole as u64) < capacity
+    (hole >= 0 && (hole as u64) < capacity).then_some(hole as u64)
+}
+
+/// Whether the file system of `file` is one where zeros written ahead spare the commits a
+/// journal commit: ext4 (unwritten extents) and XFS (the same); not tmpfs, btrfs or others.
+#[cfg(target_os = "linux")]
+fn zeros_pay_on(file: &File) -> bool {
+    // SAFETY: plain syscall filling a struct we own, on a descriptor we own.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(std::os::unix::io::AsRawFd::as_raw_fd(file), &mut fs) } != 0 {
+        return false;
+    }
+    let kind = fs.f_type as i64;
+    kind == libc::EXT4_SUPER_MAGIC as i64 || kind == libc::XFS_SUPER_MAGIC as i64
 }
 
 #[cfg(not(target_os = "linux"))]
-fn has_unwritten_space(_file: &File, _from: u64, _capacity: u64) -> bool {
+fn first_hole(_file: &File, _from: u64, _capacity: u64) -> Option<u64> {
+    None
+}
+
+#[cfg(not(target_os = "linux"))]
+fn zeros_pay_on(_file: &File) -> bool {
     false
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
-    fn allocated(dir: &Path, size: u64) -> (File, std::path::PathBuf) {
+    /// A file of `size` bytes, only allocated, and whether this file system is one the zeroer
+    /// runs on (else the test has nothing to check and says so).
+    fn allocated(dir: &Path, size: u64) -> Option<(File, std::path::PathBuf)> {
         let path = dir.join("segment");
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
         // SAFETY: plain syscall on a descriptor we own.
         assert_eq!(unsafe { libc::posix_fallocate(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, size as libc::off_t) }, 0);
-        (file, path)
+        if !zeros_pay_on(&file) {
+            eprintln!("skipped: {} is not on ext4 or XFS", dir.display());
+            return None;
+        }
+        Some((file, path))
+    }
+
+    fn start(file: &File, path: &Path, end: u64, capacity: u64) -> ZeroAhead {
+        ZeroAhead::start_if_needed(file, path, end, capacity, Durability::Fsync).expect("allocated space is unwritten")
     }
 
     fn unwritten_at(file: &File, from: u64, capacity: u64) -> bool {
-        has_unwritten_space(file, from, capacity)
+        first_hole(file, from, capacity).is_some()
     }
 
     #[test]
     fn zeros_ahead_of_the_writer_and_never_over_its_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let capacity = 64 << 20;
-        let (file, path) = allocated(dir.path(), capacity);
-        let zero_ahead = ZeroAhead::start_if_needed(&file, &path, 4096, capacity).expect("allocated space is unwritten");
+        let Some((file, path)) = allocated(dir.path(), capacity) else { return };
+        let zero_ahead = start(&file, &path, 4096, capacity);
         // Each step waits a little after its claim: a writer that did not wait for a claim
         // covering its range would write into it and have its bytes zeroed right after.
         zero_ahead.shared.lock().pause_before_write = std::time::Duration::from_millis(1);
@@ -257,8 +320,8 @@ mod tests {
     fn a_store_that_writes_little_is_not_zeroed() {
         let dir = tempfile::tempdir().unwrap();
         let capacity = 8 << 20;
-        let (file, path) = allocated(dir.path(), capacity);
-        let zero_ahead = ZeroAhead::start_if_needed(&file, &path, 4096, capacity).unwrap();
+        let Some((file, path)) = allocated(dir.path(), capacity) else { return };
+        let zero_ahead = start(&file, &path, 4096, capacity);
         zero_ahead.before_write(4096, 4096 + ARM_AFTER - 1);
         std::thread::sleep(std::time::Duration::from_millis(50));
         drop(zero_ahead);
@@ -269,12 +332,29 @@ mod tests {
     }
 
     #[test]
-    fn a_written_segment_needs_no_zeroer() {
+    fn what_an_earlier_session_zeroed_is_not_zeroed_again() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("segment");
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        let capacity = 8 << 20;
+        let Some((file, path)) = allocated(dir.path(), capacity) else { return };
         file.write_all_at(&vec![0u8; 1 << 20], 0).unwrap();
         file.sync_all().unwrap();
-        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20).is_none());
+        // SAFETY: plain syscall on a descriptor we own; its pages are clean.
+        unsafe { libc::posix_fadvise(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let zero_ahead = start(&file, &path, 4096, capacity);
+        assert_eq!(zero_ahead.shared.frontier.load(Ordering::Acquire), 1 << 20);
+    }
+
+    #[test]
+    fn no_zeroer_where_it_cannot_pay() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((file, path)) = allocated(dir.path(), 1 << 20) else { return };
+        // Buffered durability: no commit waits for a sync.
+        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20, Durability::Buffered).is_none());
+        // A written-through (prepared) segment.
+        file.write_all_at(&vec![0u8; 1 << 20], 0).unwrap();
+        file.sync_all().unwrap();
+        // SAFETY: plain syscall on a descriptor we own; its pages are clean.
+        unsafe { libc::posix_fadvise(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20, Durability::Fsync).is_none());
     }
 }

@@ -440,6 +440,12 @@ impl Writer {
                 &std::io::Error::from(std::io::ErrorKind::InvalidInput),
             ));
         }
+        // The zeroer claims nothing more in a segment about to be sealed (it is joined once the
+        // next segment is in place, when its step under way is long done; if the roll-over
+        // fails, this segment goes on without zeros ahead: slower commits, nothing worse).
+        if let Some(zero_ahead) = &self.zero_ahead {
+            zero_ahead.stop();
+        }
         if let Err(e) = self.active.sync_data() {
             self.fail_sync(&e, Vec::new());
             return Err(self.poisoned.clone().expect("just poisoned"));
@@ -458,8 +464,7 @@ impl Writer {
             }
         };
         let Installed { file, path, log, header_crc: chain } = installed;
-        // The new segment was prepared with zeros; the old one's zeroer stops (after its step
-        // under way, past the old segment's end).
+        // The new segment was prepared with zeros: the old one's zeroer is done.
         self.zero_ahead = None;
         log.advise_point_reads(); // as at open
         let index = Arc::new(TailIndex::new());
