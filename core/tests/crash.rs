@@ -336,51 +336,79 @@ fn kill_loop() {
 }
 
 /// A store's first segment is only allocated, and its writer has a thread writing zeros a few
-/// MiB ahead of the commits (`log/zero_ahead.rs`) once it has written 64 KiB: kills that land
-/// while both write the same file lose no acknowledged batch, and the zeros did go ahead.
+/// MiB ahead of the commits (`log/zero_ahead.rs`) once it has written 64 KiB. Crashes in the
+/// middle of its steps (between claiming a range and copying the zeros, between the copy and the
+/// sync) and kills at random moments of its work lose no acknowledged batch; and the zeros did
+/// go ahead. Each cycle is a new store, so each has a zeroer at work.
 #[test]
-fn kills_while_zeros_are_written_ahead_of_the_commits() {
+fn crashes_while_zeros_are_written_ahead_of_the_commits() {
     let _serial = serial();
-    const LARGE: u64 = 32 << 20;
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng::new(11);
-    let mut all_acks = Vec::new();
-    for cycle in 0..4u32 {
-        let running = start_sized_child(dir.path(), cycle * 10, None, LARGE);
-        // About 200 bytes a batch: past the 64 KiB that arm the zeroer, and the lead it leaves
-        // when it starts after the writer; then a kill at a random moment of its work.
-        running.wait_for_acks(1000, Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(rng.range(10, 150)));
-        all_acks.extend(running.kill());
-        verify_sized(dir.path(), &all_acks, LARGE);
+    if !common::zeroes_ahead_here(dir.path()) {
+        return;
     }
-    // Still the first segment; past its last committed byte, the zeros reach well beyond the
-    // lead the zeroer leaves when it starts after the writer.
-    let (last_data, hole) = data_end_and_next_hole(dir.path());
-    assert!(hole > last_data + (256 << 10), "no zeros ahead of the commits: data ends at {last_data}, a hole at {hole}");
+    const LARGE: u64 = 32 << 20;
+    let mut rng = Rng::new(11);
+    for cycle in 0..6u32 {
+        let store = dir.path().join(format!("store-{cycle}"));
+        let step = rng.range(0, 24);
+        let acks = match cycle % 3 {
+            0 | 1 => {
+                let point = if cycle % 3 == 0 { "segment.zero_ahead.copy" } else { "segment.zero_ahead.sync" };
+                let running = start_sized_child(&store, cycle * 10, Some(&format!("{point}:abort:{step}")), LARGE);
+                running.wait_exit(Duration::from_secs(60))
+            }
+            _ => {
+                let running = start_sized_child(&store, cycle * 10, None, LARGE);
+                // About 200 bytes a batch: past the 64 KiB that arm the zeroer; then a kill at a
+                // random moment of its work.
+                running.wait_for_acks(1000, Duration::from_secs(60));
+                std::thread::sleep(Duration::from_millis(rng.range(10, 150)));
+                running.kill()
+            }
+        };
+        verify_sized(&store, &acks, LARGE);
+        if cycle % 3 == 2 {
+            // Past the last committed byte, the zeros reach well beyond the lead the zeroer
+            // leaves when it starts after the writer.
+            let (last_data, hole) = data_end_and_next_hole(&store);
+            assert!(hole > last_data + (256 << 10), "no zeros ahead of the commits: data ends at {last_data}, a hole at {hole}");
+        }
+    }
 }
 
-/// A zeroer whose write fails stops; the writer goes on committing (into blocks not zeroed) and
-/// nothing is lost.
+/// A zeroer whose copy or sync fails stops; the writer goes on committing (into blocks not
+/// zeroed) and nothing is lost.
 #[test]
 fn a_failed_zeroing_step_stops_the_zeroer_and_nothing_else() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), sized(32 << 20)).unwrap();
-    fault::arm("segment.zero_ahead", Fault::Errno(libc_eio()), 0);
-    let mut seqs = Vec::new();
-    for seq in 0..2000 {
-        store.append(batch(1, seq), None).unwrap();
-        seqs.push(seq);
+    if !common::zeroes_ahead_here(dir.path()) {
+        return;
     }
-    assert!(!fault::is_armed("segment.zero_ahead"), "the zeroer never reached its first step");
-    store.close().unwrap();
-    fault::disarm_all();
-    let (last_data, hole) = data_end_and_next_hole(dir.path());
-    assert!(hole <= last_data + 4096, "the zeroer went on after its failure: data ends at {last_data}, a hole at {hole}");
-    let store = Store::open(dir.path(), sized(32 << 20)).unwrap();
-    assert_eq!(batch_seqs(&store), seqs);
-    store.close().unwrap();
+    // After a failed sync the step's zeros are in the page cache, and reach the disk with the
+    // writer's next fsync: at most the lead (64 KiB) and the step (256 KiB) past the data.
+    for (point, zeroed_past_data) in [("segment.zero_ahead.copy", 0), ("segment.zero_ahead.sync", (64 + 256) << 10)] {
+        let store_dir = dir.path().join(point);
+        let store = Store::open(&store_dir, sized(32 << 20)).unwrap();
+        fault::arm(point, Fault::Errno(libc_eio()), 0);
+        let mut seqs = Vec::new();
+        for seq in 0..2000 {
+            store.append(batch(1, seq), None).unwrap();
+            seqs.push(seq);
+        }
+        assert!(!fault::is_armed(point), "the zeroer never reached {point}");
+        store.close().unwrap();
+        fault::disarm_all();
+        let (last_data, hole) = data_end_and_next_hole(&store_dir);
+        assert!(
+            hole <= last_data + zeroed_past_data + 4096,
+            "the zeroer went on after a failure at {point}: data ends at {last_data}, a hole at {hole}"
+        );
+        let store = Store::open(&store_dir, sized(32 << 20)).unwrap();
+        assert_eq!(batch_seqs(&store), seqs);
+        store.close().unwrap();
+    }
 }
 
 /// In a closed store of one segment: the offset of the segment's last non-zero byte, and of the

@@ -1,6 +1,9 @@
 //! The writer's zeroer (`log/zero_ahead.rs`) as a store runs it: in a store's first segment with
-//! `fsync` durability, not with `buffered`, not in a prepared segment, and gone after the
-//! roll-over. One test in this file: it counts the process's zeroer threads.
+//! `fsync` durability, not with `buffered`, not in a prepared segment, and gone once the first
+//! segment is full. One test in this file: it counts the process's zeroer threads.
+#![cfg(target_os = "linux")]
+
+mod common;
 
 use lapilli_core::{Durability, Event, Options, Query, ReadOptions, Store};
 use std::time::{Duration, Instant};
@@ -24,28 +27,18 @@ fn wait_for_zeroers(count: usize) {
     }
 }
 
-/// Whether `dir` is on ext4 or XFS, where the zeroer runs.
-fn zeroes_here(dir: &std::path::Path) -> bool {
-    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: plain syscall filling a struct we own.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut fs) }, 0);
-    let kind = fs.f_type as i64;
-    kind == libc::EXT4_SUPER_MAGIC as i64 || kind == libc::XFS_SUPER_MAGIC as i64
-}
-
 fn event(n: u32) -> Event {
     Event::new("Filled", [format!("n:{n}")], n.to_le_bytes().repeat(256))
 }
 
 #[test]
-fn the_zeroer_runs_in_a_first_segment_with_fsync_durability_and_stops_at_roll_over() {
+fn the_zeroer_runs_in_a_first_segment_with_fsync_durability_until_it_is_full() {
     let dir = tempfile::tempdir().unwrap();
-    if !zeroes_here(dir.path()) {
-        eprintln!("skipped: {} is not on ext4 or XFS", dir.path().display());
+    if !common::zeroes_ahead_here(dir.path()) {
         return;
     }
-    let options = |durability| Options { durability, segment_size: 1 << 20, ..Options::default() };
+    // Larger than the zeroer's window (8 MiB), so it is still at work when the writer is 1 MiB in.
+    let options = |durability| Options { durability, segment_size: 16 << 20, ..Options::default() };
 
     let buffered = Store::open(dir.path().join("buffered"), options(Durability::Buffered)).unwrap();
     for n in 0..200 {
@@ -59,9 +52,13 @@ fn the_zeroer_runs_in_a_first_segment_with_fsync_durability_and_stops_at_roll_ov
     wait_for_zeroers(1);
     let mut n = 0;
     while store.stats().unwrap().segments == 1 {
-        store.append(vec![event(n)], None).unwrap();
-        n += 1;
+        store.append((n..n + 16).map(event).collect(), None).unwrap();
+        n += 16;
+        if n == 1024 {
+            assert_eq!(zeroers(), 1, "1 MiB into a 16 MiB segment, the zeroer is at work");
+        }
     }
+    // It stopped at the segment's end, or at the roll-over if the writer was ahead of it.
     wait_for_zeroers(0);
     let read: Vec<u32> = store
         .read(&Query::all(), ReadOptions::default())

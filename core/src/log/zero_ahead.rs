@@ -88,7 +88,7 @@ impl ZeroAhead {
     /// written-through (prepared) segment, or if the zeroer cannot start: commits are then only
     /// slower.
     pub fn start_if_needed(file: &File, path: &Path, end: u64, capacity: u64, durability: Durability) -> Option<ZeroAhead> {
-        if durability != Durability::Fsync || !zeros_pay_on(file) {
+        if durability != Durability::Fsync || end + ARM_AFTER >= capacity || !zeros_pay_on(file) {
             return None;
         }
         let first_hole = first_hole(file, end.next_multiple_of(PAGE), capacity)?;
@@ -176,9 +176,15 @@ impl Shared {
             if state.stop {
                 return;
             }
-            let Some((from, to)) = self.next_step(&state) else {
-                state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
-                continue;
+            let (from, to) = match self.next_step(&state) {
+                Step::Zero(from, to) => (from, to),
+                Step::Wait => {
+                    state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
+                // Nothing past the writer is left to zero: done, and `Finished` makes the
+                // writer's check the atomic load for the rest of the segment.
+                Step::Done => return,
             };
             state.claim = Some((from, to));
             #[cfg(test)]
@@ -187,7 +193,7 @@ impl Shared {
             #[cfg(test)]
             std::thread::sleep(pause);
             let len = (to - from) as usize;
-            let copied = crate::fault::io_point("segment.zero_ahead").and_then(|_| file.write_all_at(&zeros[..len], from));
+            let copied = crate::fault::io_point("segment.zero_ahead.copy").and_then(|_| file.write_all_at(&zeros[..len], from));
             state = self.lock();
             state.claim = None;
             if copied.is_err() {
@@ -198,7 +204,10 @@ impl Shared {
             self.changed.notify_all();
             // The journal commit of the conversion is this sync's, not a group commit's. A
             // failure stops the zeroing; the writer's next fsync meets the error too.
-            if write_out(file, from, len).and_then(|_| file.sync_data()).is_err() || to >= self.lock().capacity {
+            let synced = crate::fault::io_point("segment.zero_ahead.sync")
+                .and_then(|_| write_out(file, from, len))
+                .and_then(|_| file.sync_data());
+            if synced.is_err() {
                 return;
             }
             state = self.lock();
@@ -207,18 +216,29 @@ impl Shared {
 
     /// The next range to zero: from the frontier, or just past the writer if it has caught up,
     /// while that is within `WINDOW` of the writer's end.
-    fn next_step(&self, state: &State) -> Option<(u64, u64)> {
+    fn next_step(&self, state: &State) -> Step {
         if state.writer_end < state.armed_at {
-            return None;
+            return Step::Wait;
         }
         let frontier = self.frontier.load(Ordering::Acquire);
         let past_writer = state.writer_end.next_multiple_of(PAGE);
         let from = if frontier >= past_writer { frontier } else { past_writer + LEAD };
-        if from >= state.capacity || from >= state.writer_end + WINDOW {
-            return None;
+        if from >= state.capacity {
+            Step::Done
+        } else if from >= state.writer_end + WINDOW {
+            Step::Wait
+        } else {
+            Step::Zero(from, (from + ZERO_CHUNK as u64).min(state.capacity))
         }
-        Some((from, (from + ZERO_CHUNK as u64).min(state.capacity)))
     }
+}
+
+enum Step {
+    Zero(u64, u64),
+    /// Until the writer moves.
+    Wait,
+    /// The segment is zeroed to its end.
+    Done,
 }
 
 /// The first hole or unwritten extent of `file` at or past `from`, if it is before `capacity`.
@@ -227,16 +247,28 @@ fn first_hole(file: &File, from: u64, capacity: u64) -> Option<u64> {
     if from >= capacity {
         return None;
     }
+    let fd = std::os::unix::io::AsRawFd::as_raw_fd(file);
+    // ext4 reports an unwritten extent whose pages are in the page cache as data, and the open's
+    // scan may have read ahead past the end (megabytes, after an unclean shutdown): those clean
+    // pages of zeros are dropped first, so the zeroer does not start past blocks never written.
+    // SAFETY: plain syscall on a descriptor we own; pages past the end hold nothing but zeros.
+    unsafe { libc::posix_fadvise(fd, from as libc::off_t, (capacity - from) as libc::off_t, libc::POSIX_FADV_DONTNEED) };
     // SAFETY: plain syscall on a descriptor we own. It moves the descriptor's offset, which no
     // one uses: every access to segment files is positioned (pread/pwrite) or mapped.
-    let hole = unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(file), from as libc::off_t, libc::SEEK_HOLE) };
+    let hole = unsafe { libc::lseek(fd, from as libc::off_t, libc::SEEK_HOLE) };
     (hole >= 0 && (hole as u64) < capacity).then_some(hole as u64)
 }
 
 /// Whether the file system of `file` is one where zeros written ahead spare the commits a
-/// journal commit: ext4 (unwritten extents) and XFS (the same); not tmpfs, btrfs or others.
+/// journal commit: ext4 (unwritten extents) and XFS (the same); not tmpfs, btrfs or others. And
+/// whether the kernel reports a writeback error to every open file description (`errseq`, Linux
+/// 4.13): before it, the zeroer's sync could clear an error of the writer's pages and the
+/// writer's own fsync then succeed.
 #[cfg(target_os = "linux")]
 fn zeros_pay_on(file: &File) -> bool {
+    if !kernel_at_least(4, 13) {
+        return false;
+    }
     // SAFETY: plain syscall filling a struct we own, on a descriptor we own.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstatfs(std::os::unix::io::AsRawFd::as_raw_fd(file), &mut fs) } != 0 {
@@ -244,6 +276,20 @@ fn zeros_pay_on(file: &File) -> bool {
     }
     let kind = fs.f_type as i64;
     kind == libc::EXT4_SUPER_MAGIC as i64 || kind == libc::XFS_SUPER_MAGIC as i64
+}
+
+/// Whether the running kernel's release (`uname -r`) is `major.minor` or later.
+#[cfg(target_os = "linux")]
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: plain syscall filling a struct we own.
+    let mut names: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut names) } != 0 {
+        return false;
+    }
+    // SAFETY: uname leaves a NUL-terminated string in `release`.
+    let release = unsafe { std::ffi::CStr::from_ptr(names.release.as_ptr()) }.to_string_lossy();
+    let mut numbers = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().unwrap_or(0));
+    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)) >= (major, minor)
 }
 
 #[cfg(not(target_os = "linux"))]

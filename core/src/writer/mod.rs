@@ -441,8 +441,9 @@ impl Writer {
             ));
         }
         // The zeroer claims nothing more in a segment about to be sealed (it is joined once the
-        // next segment is in place, when its step under way is long done; if the roll-over
-        // fails, this segment goes on without zeros ahead: slower commits, nothing worse).
+        // next segment is in place: the wait is at most the rest of the one step under way; if
+        // the roll-over fails, this segment goes on without zeros ahead: slower commits, nothing
+        // worse).
         if let Some(zero_ahead) = &self.zero_ahead {
             zero_ahead.stop();
         }

@@ -251,3 +251,19 @@ pub fn resident_pages(file: &std::fs::File) -> usize {
     }
     pages.iter().filter(|&&p| p & 1 != 0).count()
 }
+
+/// Whether `dir` is on a file system where a store's writer zeros ahead of itself in a segment
+/// that is only allocated (`log/zero_ahead.rs`: ext4 or XFS); tests of the zeroer skip elsewhere.
+#[cfg(target_os = "linux")]
+pub fn zeroes_ahead_here(dir: &Path) -> bool {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: plain syscall filling a struct we own.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut fs) }, 0);
+    let kind = fs.f_type as i64;
+    let zeroes = kind == libc::EXT4_SUPER_MAGIC as i64 || kind == libc::XFS_SUPER_MAGIC as i64;
+    if !zeroes {
+        eprintln!("skipped: {} is not on ext4 or XFS, where the writer zeros ahead", dir.display());
+    }
+    zeroes
+}
