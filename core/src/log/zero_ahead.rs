@@ -5,8 +5,9 @@
 //! nobody wrote before converts it, and its `fdatasync` then commits the file system's journal as
 //! well as the data. One writer of small events meets a new block every sixteenth commit or so;
 //! from 16 writers on, nearly every group is 4 KiB or more and meets one each time. Measured
-//! (`bench/README.md`, "Zeros ahead of the writer"): 16 unbatched writers made 32k appends/s with a p50
-//! fsync of 319 us in a fresh store's first segment, and 54k with 143 us in a prepared one.
+//! (`bench/README.md`, "Zeros ahead of the writer"): 16 unbatched writers made 32k appends/s
+//! with a p50 fsync of 319 us in a fresh store's first segment, and 54k with 143 us in a
+//! prepared one.
 //!
 //! So a thread keeps the next few MiB past the writer's end written with zeros, flushed and
 //! synced, in [`ZERO_CHUNK`] steps, and the writer's commits land in converted blocks. It runs
