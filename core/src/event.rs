@@ -186,23 +186,29 @@ impl<'a> EventView<'a> {
         if payload.len() < tags_end {
             return Err(bad("tags run past the record"));
         }
-        let event_type = std::str::from_utf8(&payload[lengths_end..type_end])
-            .map_err(|_| bad("type is not UTF-8"))?;
-        let tag_bytes = &payload[type_end..tags_end];
-        let view = EventView {
+        // The type and the tags lie end to end: one validation of the whole run, then a char
+        // boundary at each cut, proves every piece UTF-8 (a validation per string was a fifth
+        // of the sealer's time and a tenth of the writer's with short tags).
+        let names = std::str::from_utf8(&payload[lengths_end..tags_end]).map_err(|_| bad("type or a tag is not UTF-8"))?;
+        if !names.is_char_boundary(type_len) {
+            return Err(bad("type is not UTF-8"));
+        }
+        let event_type = &names[..type_len];
+        let mut cut = type_len;
+        for c in tag_lengths.chunks_exact(2) {
+            cut += u16::from_le_bytes([c[0], c[1]]) as usize;
+            if !names.is_char_boundary(cut) {
+                return Err(bad("a tag is not UTF-8"));
+            }
+        }
+        Ok(EventView {
             position,
             recorded_at,
             event_type,
             tag_lengths,
-            tag_bytes,
+            tag_bytes: &payload[type_end..tags_end],
             data: &payload[tags_end..],
-        };
-        for tag in view.tags_raw() {
-            if std::str::from_utf8(tag).is_err() {
-                return Err(bad("a tag is not UTF-8"));
-            }
-        }
-        Ok(view)
+        })
     }
 
     fn tags_raw(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
@@ -278,5 +284,39 @@ mod tests {
         for cut in 0..out.len() {
             let _ = EventView::decode(Position(1), &out[..cut]);
         }
+    }
+
+    /// The names are validated as one run, so a cut inside a character must still be caught:
+    /// bytes that are UTF-8 end to end but split a character between two names are refused.
+    #[test]
+    fn a_name_that_splits_a_character_is_not_utf8() {
+        let event = Event::new("Typé", ["ü:1", "t2é"], vec![1]);
+        let order = validate_event(0, &event, 100).unwrap();
+        let mut good = Vec::new();
+        encode_payload(&event, &order, &mut good);
+        let view = EventView::decode(Position(1), &good).unwrap();
+        assert_eq!((view.event_type, view.tags().collect::<Vec<_>>()), ("Typé", vec!["t2é", "ü:1"]));
+        let lengths = EVENT_FIXED_BYTES;
+        let type_start = lengths + 4;
+        let set_len = |bytes: &mut Vec<u8>, at: usize, len: u16| bytes[at..at + 2].copy_from_slice(&len.to_le_bytes());
+        // The type one byte short ("Typ" + the first byte of "é"), the first tag one byte longer:
+        // the run "Typé" + tags is unchanged and valid, the cut is not.
+        let mut split = good.clone();
+        split[9] = 4;
+        set_len(&mut split, lengths, 5);
+        let err = EventView::decode(Position(1), &split).unwrap_err();
+        assert_eq!(err.message(), "event at position 1: type is not UTF-8");
+        // The same between two tags: "t2é" loses its last byte to "ü:1".
+        let mut split = good.clone();
+        set_len(&mut split, lengths, 3);
+        set_len(&mut split, lengths + 2, 5);
+        assert_eq!(EventView::decode(Position(1), &split).unwrap_err().message(), "event at position 1: a tag is not UTF-8");
+        // And a byte that is not UTF-8 anywhere in the run.
+        let mut bad = good.clone();
+        bad[type_start] = 0xff;
+        assert_eq!(
+            EventView::decode(Position(1), &bad).unwrap_err().message(),
+            "event at position 1: type or a tag is not UTF-8"
+        );
     }
 }

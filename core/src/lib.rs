@@ -11,6 +11,10 @@
 //! [`Store`], the front door.
 
 mod append;
+
+/// The maps of types and tags the writer and the sealer fill for every event (ARCHITECTURE.md,
+/// "Hashing names").
+pub(crate) type NameHasher = ahash::RandomState;
 mod completion;
 mod error;
 mod index;

@@ -51,6 +51,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::NameHasher;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventView;
 use crate::index::filter::TagFilter;
@@ -196,12 +197,12 @@ fn put_type_dict(out: &mut impl Write, names: &[&str]) -> std::io::Result<()> {
 pub fn encode(contents: &SegmentContents<'_>) -> Vec<u8> {
     let count = contents.events.len();
     // Ids by name for the lookups, names by id for the dictionary's order (first appearance).
-    let mut type_ids: HashMap<&str, u32> = HashMap::new();
+    let mut type_ids: HashMap<&str, u32, NameHasher> = HashMap::default();
     let mut type_names: Vec<&str> = Vec::new();
     let mut type_column: Vec<u32> = Vec::with_capacity(count);
     // Hashed while collecting, sorted once at the end (a tree keyed by tag bytes spent most of
     // the sealer's time comparing them).
-    let mut tags: HashMap<&[u8], Vec<u32>> = HashMap::new();
+    let mut tags: HashMap<&[u8], Vec<u32>, NameHasher> = HashMap::default();
     for (rel, (_, event)) in contents.events.iter().enumerate() {
         let id = *type_ids.entry(event.event_type).or_insert_with(|| {
             type_names.push(event.event_type);

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use arc_swap::ArcSwapOption;
 
+use crate::NameHasher;
 use crate::event::EventView;
 use crate::index::chunked::{ChunkedU32, ChunkedU64};
 use crate::error::Result;
@@ -38,9 +39,9 @@ const FIRST_ARRAY_SLOTS: usize = 4;
 pub struct TailIndex {
     offsets: ChunkedU64,
     types: ChunkedU32,
-    type_ids: papaya::HashMap<Box<str>, u32>,
+    type_ids: papaya::HashMap<Box<str>, u32, NameHasher>,
     next_type_id: AtomicU32,
-    tags: papaya::HashMap<Box<str>, TagPostings>,
+    tags: papaya::HashMap<Box<str>, TagPostings, NameHasher>,
 }
 
 impl TailIndex {
@@ -48,9 +49,9 @@ impl TailIndex {
         TailIndex {
             offsets: ChunkedU64::new(),
             types: ChunkedU32::new(),
-            type_ids: papaya::HashMap::new(),
+            type_ids: papaya::HashMap::with_hasher(NameHasher::new()),
             next_type_id: AtomicU32::new(0),
-            tags: papaya::HashMap::new(),
+            tags: papaya::HashMap::with_hasher(NameHasher::new()),
         }
     }
 
