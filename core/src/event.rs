@@ -206,7 +206,7 @@ impl<'a> EventView<'a> {
             recorded_at,
             event_type,
             tag_lengths,
-            tag_bytes: &payload[type_end..tags_end],
+            tag_bytes: &names.as_bytes()[type_len..],
             data: &payload[tags_end..],
         })
     }
@@ -223,7 +223,9 @@ impl<'a> EventView<'a> {
 
     /// The tags, sorted bytewise. UTF-8 was checked at decode.
     pub fn tags(&self) -> impl Iterator<Item = &'a str> + 'a {
-        // SAFETY: `decode` verified every tag slice is UTF-8 before handing out the view.
+        // SAFETY: `decode` is the only constructor. It validated the type and tags as one run,
+        // took `tag_bytes` from that run, and checked a char boundary at every cut
+        // `tag_lengths` makes, so each tag slice is UTF-8.
         self.tags_raw().map(|t| unsafe { std::str::from_utf8_unchecked(t) })
     }
 
@@ -302,7 +304,7 @@ mod tests {
         // The type one byte short ("Typ" + the first byte of "é"), the first tag one byte longer:
         // the run "Typé" + tags is unchanged and valid, the cut is not.
         let mut split = good.clone();
-        split[9] = 4;
+        split[RECORDED_AT_OFFSET + 8] = 4;
         set_len(&mut split, lengths, 5);
         let err = EventView::decode(Position(1), &split).unwrap_err();
         assert_eq!(err.message(), "event at position 1: type is not UTF-8");
@@ -311,6 +313,11 @@ mod tests {
         set_len(&mut split, lengths, 3);
         set_len(&mut split, lengths + 2, 5);
         assert_eq!(EventView::decode(Position(1), &split).unwrap_err().message(), "event at position 1: a tag is not UTF-8");
+        // No tags at all: the type's end is the run's end.
+        let bare = Event::new("Typé", Vec::<String>::new(), vec![1]);
+        let mut bytes = Vec::new();
+        encode_payload(&bare, &validate_event(0, &bare, 100).unwrap(), &mut bytes);
+        assert_eq!(EventView::decode(Position(1), &bytes).unwrap().event_type, "Typé");
         // And a byte that is not UTF-8 anywhere in the run.
         let mut bad = good.clone();
         bad[type_start] = 0xff;

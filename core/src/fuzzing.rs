@@ -32,10 +32,24 @@ pub fn recovery(bytes: &[u8]) {
 
 /// The canonical event encoding.
 pub fn event(bytes: &[u8]) {
-    if let Ok(view) = EventView::decode(Position(1), bytes) {
-        let owned = view.to_owned_event();
-        assert_eq!(owned.tags.len(), view.tag_count());
-        assert!(owned.data.len() <= bytes.len());
+    match EventView::decode(Position(1), bytes) {
+        Ok(view) => {
+            // Decode checks the names as one run; `tags()` trusts that proof without checking.
+            assert!(std::str::from_utf8(view.event_type.as_bytes()).is_ok());
+            for tag in view.tags() {
+                assert!(std::str::from_utf8(tag.as_bytes()).is_ok(), "decode handed out a tag that is not UTF-8");
+            }
+            let owned = view.to_owned_event();
+            assert_eq!(owned.tags.len(), view.tag_count());
+            assert!(owned.data.len() <= bytes.len());
+        }
+        Err(e) => {
+            // Refused as not UTF-8 only when some name really is not: the same verdict as a
+            // check of each name on its own.
+            if e.message().contains("not UTF-8") {
+                assert!(names_of(bytes).is_some_and(|names| names.iter().any(|n| std::str::from_utf8(n).is_err())));
+            }
+        }
     }
 }
 
@@ -59,4 +73,20 @@ pub fn index_file(bytes: &[u8]) {
             }
         }
     }
+}
+
+/// The type and tag byte slices of an event payload whose lengths are consistent (the layout
+/// of ARCHITECTURE.md, "Event payload"), checked independently of `EventView::decode`.
+fn names_of(bytes: &[u8]) -> Option<Vec<&[u8]>> {
+    let (type_len, tag_count) = (*bytes.get(9)? as usize, *bytes.get(10)? as usize);
+    let lengths = bytes.get(11..11 + 2 * tag_count)?;
+    let mut at = 11 + 2 * tag_count;
+    let mut names = vec![bytes.get(at..at + type_len)?];
+    at += type_len;
+    for c in lengths.chunks_exact(2) {
+        let len = u16::from_le_bytes([c[0], c[1]]) as usize;
+        names.push(bytes.get(at..at + len)?);
+        at += len;
+    }
+    Some(names)
 }

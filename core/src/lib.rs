@@ -11,10 +11,6 @@
 //! [`Store`], the front door.
 
 mod append;
-
-/// The maps of types and tags the writer and the sealer fill for every event (ARCHITECTURE.md,
-/// "Hashing names").
-pub(crate) type NameHasher = ahash::RandomState;
 mod completion;
 mod error;
 mod index;
@@ -57,6 +53,10 @@ pub use stats::Stats;
 pub use inspect::{Fault, INDEX_FILE_FORMAT_VERSION, IndexState, SEGMENT_FORMAT_VERSION, SegmentInfo, VerifyReport, verify};
 pub use subscribe::{Next, Subscription};
 pub use writer::reply::PendingAppend;
+
+/// The maps of types and tags the writer and the sealer fill for every event (ARCHITECTURE.md,
+/// "Hashing names").
+pub(crate) type NameHasher = ahash::RandomState;
 
 // The faces hand reads, subscriptions and stores between threads (and release their runtime's
 // lock around blocking calls): whatever a backend keeps in them must stay `Send + Sync`.

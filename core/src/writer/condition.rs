@@ -59,9 +59,9 @@ pub(crate) fn already_exists(position: Position) -> Error {
 /// this instead of decoding every staged event again (which made group commits quadratic in
 /// the group's size for conditional appends). Built only for groups with a condition in them.
 ///
-/// Per staged event it keeps a type id and an index in each of its names' lists: no
-/// allocation but a list's growth (an owned type name per event was a tenth of the writer's
-/// time in batched groups).
+/// Per staged event it keeps a type id (an owned copy of its type name, an allocation per
+/// event, was a tenth of the writer's time in batched groups) and its index in each of its
+/// tags' lists; a tag new to the group still costs its key and its list.
 #[derive(Default)]
 pub(crate) struct StagedIndex {
     /// Type id of each staged event, in position order (ids index `by_type`).
@@ -110,19 +110,19 @@ impl StagedIndex {
     /// Index of the first staged event `item` matches: a lookup per type or tag, then a walk
     /// of the shortest list only (each candidate checked by binary search in the others).
     fn first_item_match(&self, item: &QueryItem) -> Option<usize> {
-        let type_ids: Vec<u32> = item.types.iter().filter_map(|t| self.type_ids.get(t.as_str()).copied()).collect();
-        if !item.types.is_empty() && type_ids.is_empty() {
-            return None;
-        }
+        let staged_type_ids = || item.types.iter().filter_map(|t| self.type_ids.get(t.as_str()).copied());
         if item.tags.is_empty() {
-            return type_ids.iter().map(|&id| self.by_type[id as usize][0] as usize).min();
+            return staged_type_ids().map(|id| self.by_type[id as usize][0] as usize).min();
         }
         let mut lists = Vec::with_capacity(item.tags.len());
         for tag in &item.tags {
             lists.push(self.by_tag.get(tag.as_str())?);
         }
+        if !item.types.is_empty() && staged_type_ids().next().is_none() {
+            return None;
+        }
         lists.sort_by_key(|list| list.len());
-        let type_ok = |i: usize| item.types.is_empty() || type_ids.contains(&self.type_of[i]);
+        let type_ok = |i: usize| item.types.is_empty() || staged_type_ids().any(|id| id == self.type_of[i]);
         lists[0]
             .iter()
             .map(|&i| i as usize)
