@@ -8,7 +8,7 @@ use std::path::Path;
 
 use common::{Rng, buffered, fingerprint, segment_files, segment_path};
 use lapilli_core::log::format::{HEADER_LEN, decode_header, encode_header};
-use lapilli_core::log::recovery::{Scan, ScanPoint, Tail, scan_records};
+use lapilli_core::log::recovery::{Scan, ScanPoint, Tail, scan_committed, scan_committed_with_views, scan_records};
 use lapilli_core::{ErrorKind, Event, Position, Query, ReadOptions, SequencedEvent, Store};
 
 const SEGMENT: u64 = 8192;
@@ -185,6 +185,31 @@ fn scan_at_every_truncation_offset() {
                     }
                     (tail, n) => panic!("{what}: tail {tail:?}, but {n} torn bytes lie after the prefix"),
                 }
+            }
+        }
+    }
+}
+
+/// The sealer's scan keeps the views it decoded: at every truncation offset, one per
+/// committed event, in order, each the event appended at its position (none of a torn batch).
+#[test]
+fn the_scan_with_views_gives_exactly_the_committed_events() {
+    for seed in [1, 2] {
+        let built = build(seed, 8);
+        for cut in HEADER_LEN..=built.data_end {
+            let buf = &built.bytes[..cut];
+            let plain = scan_committed(buf, start_of(buf));
+            let (scan, views) = scan_committed_with_views(buf, start_of(buf));
+            assert_eq!((scan.event_offsets.clone(), scan.end), (plain.event_offsets.clone(), plain.end), "cut {cut}");
+            assert_eq!(views.len(), scan.event_offsets.len(), "cut {cut}: one view per committed event");
+            for (i, view) in views.iter().enumerate() {
+                let owned = view.to_owned_event();
+                let appended = &built.events[i];
+                assert_eq!(owned.position, Position(i as u64 + 1), "cut {cut}");
+                assert_eq!(owned.event_type, appended.event_type, "cut {cut}, event {i}");
+                let mut tags = appended.tags.clone();
+                tags.sort();
+                assert_eq!((owned.tags, &owned.data), (tags, &appended.data), "cut {cut}, event {i}");
             }
         }
     }

@@ -56,7 +56,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventView;
 use crate::index::filter::TagFilter;
 use crate::index::postings::{Postings, SortedList};
-use crate::log::format::{FRAME_LEN, HEADER_LEN};
+use crate::log::format::HEADER_LEN;
+use crate::log::recovery::{Scan, Stop};
 use crate::log::segment::{FileBytes, open_with_mode, sync_dir};
 use crate::position::Position;
 
@@ -1543,13 +1544,12 @@ impl VerifiedIndex {
     }
 }
 
-/// Reads the committed events of a sealed segment's log bytes for [`encode`].
-pub fn contents_of<'a>(log: &'a [u8], base: u64, offsets: &[usize], log_end: u64) -> Result<SegmentContents<'a>> {
-    let mut events = Vec::with_capacity(offsets.len());
-    for (i, &offset) in offsets.iter().enumerate() {
-        let len = u32::from_le_bytes(log[offset..offset + 4].try_into().unwrap()) as usize;
-        let payload = &log[offset + FRAME_LEN..offset + FRAME_LEN + len];
-        events.push((offset as u64, EventView::decode(Position(base + i as u64), payload)?));
+impl<'a> SegmentContents<'a> {
+    /// The committed events a scan found, for [`encode`]: `views` are the scan's, one per
+    /// offset (`scan_committed_with_views`).
+    pub fn of(base: u64, scan: &Scan<Stop>, views: Vec<EventView<'a>>) -> SegmentContents<'a> {
+        assert_eq!(views.len(), scan.event_offsets.len(), "one view per committed event");
+        let events = scan.event_offsets.iter().map(|&offset| offset as u64).zip(views).collect();
+        SegmentContents { base, log_end: scan.end.offset as u64, events }
     }
-    Ok(SegmentContents { base, log_end, events })
 }

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::index::SegmentIndex;
 use crate::index::file::{self, IndexFile, index_path};
 use crate::log::format::{HEADER_LEN, chain_before};
-use crate::log::recovery::{Scan, ScanPoint, Stop, scan_committed};
+use crate::log::recovery::{Scan, ScanPoint, Stop, scan_committed, scan_committed_with_views};
 use crate::log::segment::check_header;
 use crate::read::{Published, SegmentEntry};
 use std::sync::atomic::Ordering;
@@ -33,9 +33,10 @@ use std::sync::atomic::Ordering;
 /// stops at the hole without reading further, so they survive until the segment is sealed).
 /// A prefix that ends earlier lost a committed batch: `Corruption`.
 pub(crate) fn encode(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> Result<Vec<u8>> {
-    let scan = scan_sealed(log, base, next_base, log_path)?;
-    let contents = file::contents_of(log, base, &scan.event_offsets, scan.end.offset as u64)?;
-    Ok(file::encode(&contents))
+    let header_crc = check_header(log, base, log_path)?;
+    let (scan, views) = scan_committed_with_views(log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
+    check_sealed_end(&scan, next_base, log_path)?;
+    Ok(file::encode(&file::SegmentContents::of(base, &scan, views)))
 }
 
 /// Runs the recovery rule over a sealed segment's log bytes: its committed prefix must end
@@ -43,6 +44,11 @@ pub(crate) fn encode(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> 
 pub(crate) fn scan_sealed(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> Result<Scan<Stop>> {
     let header_crc = check_header(log, base, log_path)?;
     let scan = scan_committed(log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
+    check_sealed_end(&scan, next_base, log_path)?;
+    Ok(scan)
+}
+
+fn check_sealed_end(scan: &Scan<Stop>, next_base: u64, log_path: &Path) -> Result<()> {
     if scan.end.next_position != next_base {
         let why = match &scan.tail {
             Stop::Torn { reason, .. } => format!("is damaged at byte {}: {reason}", scan.end.offset),
@@ -54,7 +60,7 @@ pub(crate) fn scan_sealed(log: &[u8], base: u64, next_base: u64, log_path: &Path
             scan.end.next_position - 1,
         )));
     }
-    Ok(scan)
+    Ok(())
 }
 
 /// Encodes the index file of a part of a segment: the committed events of `log` (the segment's
@@ -63,7 +69,7 @@ pub(crate) fn scan_sealed(log: &[u8], base: u64, next_base: u64, log_path: &Path
 pub(crate) fn encode_part(log: &[u8], start: usize, base: u64, next_base: u64, log_path: &Path) -> Result<Vec<u8>> {
     let damaged = |why: String| Error::corruption(format!("segment {} {why}", log_path.display()));
     let chain = chain_before(log, start).ok_or_else(|| damaged(format!("has no commit marker before byte {start}")))?;
-    let scan = scan_committed(log, ScanPoint { offset: start, chain, next_position: base });
+    let (scan, views) = scan_committed_with_views(log, ScanPoint { offset: start, chain, next_position: base });
     if scan.end.next_position != next_base || scan.end.offset != log.len() {
         return Err(damaged(format!(
             "holds positions {base}..{} from byte {start} to {}; the part ends at position {} and byte {}",
@@ -73,8 +79,7 @@ pub(crate) fn encode_part(log: &[u8], start: usize, base: u64, next_base: u64, l
             log.len()
         )));
     }
-    let contents = file::contents_of(log, base, &scan.event_offsets, scan.end.offset as u64)?;
-    Ok(file::encode(&contents))
+    Ok(file::encode(&file::SegmentContents::of(base, &scan, views)))
 }
 
 /// The name of the index file of the part of segment `log_path` that starts at `part_base`.

@@ -88,6 +88,49 @@ impl Scan<Stop> {
 /// follower polling over a batch still being written only needs to know that nothing new is
 /// committed, and sealing only where the damage starts.
 pub fn scan_committed(bytes: &[u8], start: ScanPoint) -> Scan<Stop> {
+    scan_committed_keeping(bytes, start, &mut NoViews)
+}
+
+/// [`scan_committed`], also giving the committed events' decoded views (one per offset, in
+/// order), for sealing: the scan decodes each event right after checking its checksum, while
+/// its bytes are in cache, and keeping the view spares the sealer a second decode of the whole
+/// part from memory (a fifth of its time, bench/README.md, "Cheaper indexing per event").
+pub fn scan_committed_with_views(bytes: &[u8], start: ScanPoint) -> (Scan<Stop>, Vec<EventView<'_>>) {
+    let mut views = Views::default();
+    let scan = scan_committed_keeping(bytes, start, &mut views);
+    debug_assert_eq!(views.committed.len(), scan.event_offsets.len());
+    (scan, views.committed)
+}
+
+/// What a scan keeps of each event it decodes: pending until its batch's marker commits it.
+trait KeepViews<'a> {
+    fn pend(&mut self, view: EventView<'a>);
+    fn commit(&mut self);
+}
+
+struct NoViews;
+
+impl<'a> KeepViews<'a> for NoViews {
+    fn pend(&mut self, _: EventView<'a>) {}
+    fn commit(&mut self) {}
+}
+
+#[derive(Default)]
+struct Views<'a> {
+    committed: Vec<EventView<'a>>,
+    pending: Vec<EventView<'a>>,
+}
+
+impl<'a> KeepViews<'a> for Views<'a> {
+    fn pend(&mut self, view: EventView<'a>) {
+        self.pending.push(view);
+    }
+    fn commit(&mut self) {
+        self.committed.append(&mut self.pending);
+    }
+}
+
+fn scan_committed_keeping<'a>(bytes: &'a [u8], start: ScanPoint, keep: &mut impl KeepViews<'a>) -> Scan<Stop> {
     let mut committed = start;
     let mut event_offsets = Vec::new();
     let mut pending: Vec<usize> = Vec::new();
@@ -125,7 +168,10 @@ pub fn scan_committed(bytes: &[u8], start: ScanPoint) -> Scan<Stop> {
             RECORD_KIND_EVENT => {
                 let position = Position(committed.next_position + pending.len() as u64);
                 match EventView::decode(position, payload) {
-                    Ok(view) => pending_recorded_at = view.recorded_at,
+                    Ok(view) => {
+                        pending_recorded_at = view.recorded_at;
+                        keep.pend(view);
+                    }
                     Err(e) => break format!("a record validates but does not decode: {e}"),
                 }
                 pending.push(offset);
@@ -141,6 +187,7 @@ pub fn scan_committed(bytes: &[u8], start: ScanPoint) -> Scan<Stop> {
                     );
                 }
                 event_offsets.append(&mut pending);
+                keep.commit();
                 last_recorded_at = pending_recorded_at;
                 committed = ScanPoint {
                     offset: payload_start + len,
