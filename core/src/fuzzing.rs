@@ -5,7 +5,7 @@
 use crate::event::EventView;
 use crate::index::file::IndexFile;
 use crate::log::format::{HEADER_LEN, decode_header};
-use crate::log::recovery::{ScanPoint, Tail, scan_records};
+use crate::log::recovery::{ScanPoint, Tail, scan_committed_with_views, scan_records};
 use crate::position::Position;
 
 /// Segment header, then the recovery rule over the records after it (from the header's chain
@@ -25,6 +25,14 @@ pub fn recovery(bytes: &[u8]) {
     for &offset in &scan.event_offsets {
         assert!(offset >= HEADER_LEN && offset < scan.end.offset);
     }
+    // The sealer's scan keeps a view per committed event: the same offsets and end, positions
+    // in order, never a view of a batch the scan did not commit.
+    let (kept, views) = scan_committed_with_views(bytes, start, 1 << 20);
+    assert_eq!((&kept.event_offsets, kept.end), (&scan.event_offsets, scan.end));
+    assert_eq!(views.len(), scan.event_offsets.len());
+    for (i, ((offset, view), &scanned)) in views.iter().zip(&scan.event_offsets).enumerate() {
+        assert_eq!((*offset, view.position), (scanned as u64, Position(1 + i as u64)));
+    }
     if let Tail::Torn(torn) = scan.tail {
         assert!(torn.offset + torn.bytes <= bytes.len());
     }
@@ -35,9 +43,13 @@ pub fn event(bytes: &[u8]) {
     match EventView::decode(Position(1), bytes) {
         Ok(view) => {
             // Decode checks the names as one run; `tags()` trusts that proof without checking.
-            assert!(std::str::from_utf8(view.event_type.as_bytes()).is_ok());
-            for tag in view.tags() {
-                assert!(std::str::from_utf8(tag.as_bytes()).is_ok(), "decode handed out a tag that is not UTF-8");
+            // The names it hands out are the payload's own bytes, cut where the lengths say, and
+            // each is UTF-8.
+            let names = names_of(bytes).expect("a decoded event has consistent lengths");
+            let handed: Vec<&[u8]> = std::iter::once(view.event_type).chain(view.tags()).map(str::as_bytes).collect();
+            assert_eq!(handed, names);
+            for name in names {
+                assert!(std::str::from_utf8(name).is_ok(), "decode handed out a name that is not UTF-8");
             }
             let owned = view.to_owned_event();
             assert_eq!(owned.tags.len(), view.tag_count());

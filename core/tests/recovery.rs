@@ -199,10 +199,11 @@ fn the_scan_with_views_gives_exactly_the_committed_events() {
         for cut in HEADER_LEN..=built.data_end {
             let buf = &built.bytes[..cut];
             let plain = scan_committed(buf, start_of(buf));
-            let (scan, views) = scan_committed_with_views(buf, start_of(buf));
+            let (scan, views) = scan_committed_with_views(buf, start_of(buf), 4);
             assert_eq!((scan.event_offsets.clone(), scan.end), (plain.event_offsets.clone(), plain.end), "cut {cut}");
             assert_eq!(views.len(), scan.event_offsets.len(), "cut {cut}: one view per committed event");
-            for (i, view) in views.iter().enumerate() {
+            for (i, (offset, view)) in views.iter().enumerate() {
+                assert_eq!(*offset, scan.event_offsets[i] as u64, "cut {cut}");
                 let owned = view.to_owned_event();
                 let appended = &built.events[i];
                 assert_eq!(owned.position, Position(i as u64 + 1), "cut {cut}");

@@ -1545,11 +1545,9 @@ impl VerifiedIndex {
 }
 
 impl<'a> SegmentContents<'a> {
-    /// The committed events a scan found, for [`encode`]: `views` are the scan's, one per
-    /// offset (`scan_committed_with_views`).
-    pub fn of(base: u64, scan: &Scan<Stop>, views: Vec<EventView<'a>>) -> SegmentContents<'a> {
-        assert_eq!(views.len(), scan.event_offsets.len(), "one view per committed event");
-        let events = scan.event_offsets.iter().map(|&offset| offset as u64).zip(views).collect();
+    /// The committed events a scan found, for [`encode`]: `events` are the scan's offsets and
+    /// views (`scan_committed_with_views`).
+    pub fn of(base: u64, scan: &Scan<Stop>, events: Vec<(u64, EventView<'a>)>) -> SegmentContents<'a> {
         SegmentContents { base, log_end: scan.end.offset as u64, events }
     }
 }

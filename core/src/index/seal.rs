@@ -34,7 +34,8 @@ use std::sync::atomic::Ordering;
 /// A prefix that ends earlier lost a committed batch: `Corruption`.
 pub(crate) fn encode(log: &[u8], base: u64, next_base: u64, log_path: &Path) -> Result<Vec<u8>> {
     let header_crc = check_header(log, base, log_path)?;
-    let (scan, views) = scan_committed_with_views(log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base });
+    let expected = next_base.saturating_sub(base) as usize;
+    let (scan, views) = scan_committed_with_views(log, ScanPoint { offset: HEADER_LEN, chain: header_crc, next_position: base }, expected);
     check_sealed_end(&scan, next_base, log_path)?;
     Ok(file::encode(&file::SegmentContents::of(base, &scan, views)))
 }
@@ -69,10 +70,15 @@ fn check_sealed_end(scan: &Scan<Stop>, next_base: u64, log_path: &Path) -> Resul
 pub(crate) fn encode_part(log: &[u8], start: usize, base: u64, next_base: u64, log_path: &Path) -> Result<Vec<u8>> {
     let damaged = |why: String| Error::corruption(format!("segment {} {why}", log_path.display()));
     let chain = chain_before(log, start).ok_or_else(|| damaged(format!("has no commit marker before byte {start}")))?;
-    let (scan, views) = scan_committed_with_views(log, ScanPoint { offset: start, chain, next_position: base });
+    let expected = next_base.saturating_sub(base) as usize;
+    let (scan, views) = scan_committed_with_views(log, ScanPoint { offset: start, chain, next_position: base }, expected);
     if scan.end.next_position != next_base || scan.end.offset != log.len() {
+        let why = match &scan.tail {
+            Stop::Torn { reason, record, .. } => format!(" (at byte {record}: {reason})"),
+            Stop::Clean => String::new(),
+        };
         return Err(damaged(format!(
-            "holds positions {base}..{} from byte {start} to {}; the part ends at position {} and byte {}",
+            "holds positions {base}..{} from byte {start} to {}; the part ends at position {} and byte {}{why}",
             scan.end.next_position - 1,
             scan.end.offset,
             next_base - 1,

@@ -6,7 +6,7 @@
 //!
 //! Followers use the same rule (without measuring a torn tail) to advance over a live segment.
 
-use crate::event::{EventView, RECORD_KIND_EVENT};
+use crate::event::{EVENT_FIXED_BYTES, EventView, RECORD_KIND_EVENT};
 use crate::log::format::{FRAME_LEN, MARKER_PAYLOAD_LEN, RECORD_KIND_MARKER, parse_marker, record_crc};
 use crate::position::Position;
 
@@ -91,42 +91,48 @@ pub fn scan_committed(bytes: &[u8], start: ScanPoint) -> Scan<Stop> {
     scan_committed_keeping(bytes, start, &mut NoViews)
 }
 
-/// [`scan_committed`], also giving the committed events' decoded views (one per offset, in
-/// order), for sealing: the scan decodes each event right after checking its checksum, while
-/// its bytes are in cache, and keeping the view spares the sealer a second decode of the whole
-/// part from memory (a fifth of its time, bench/README.md, "Cheaper indexing per event").
-pub fn scan_committed_with_views(bytes: &[u8], start: ScanPoint) -> (Scan<Stop>, Vec<EventView<'_>>) {
-    let mut views = Views::default();
+/// [`scan_committed`], also giving each committed event's offset and decoded view, in order,
+/// for sealing: the scan decodes each event right after checking its checksum, while its bytes
+/// are in cache, and keeping the view spares the sealer a second decode of the whole part from
+/// memory (a fifth of its time, bench/README.md, "Cheaper indexing per event"). `expected` is
+/// how many events the caller expects (the list is reserved for them, so a segment's worth is
+/// not grown by doubling).
+pub fn scan_committed_with_views(bytes: &[u8], start: ScanPoint, expected: usize) -> (Scan<Stop>, Vec<(u64, EventView<'_>)>) {
+    // Never more than the bytes could hold (`expected` comes from the caller's bookkeeping).
+    let most = bytes.len().saturating_sub(start.offset) / (FRAME_LEN + EVENT_FIXED_BYTES + 1);
+    let mut views = Views { events: Vec::with_capacity(expected.min(most)), committed: 0 };
     let scan = scan_committed_keeping(bytes, start, &mut views);
-    debug_assert_eq!(views.committed.len(), scan.event_offsets.len());
-    (scan, views.committed)
+    // A batch the scan stopped in is not committed: its events go.
+    views.events.truncate(views.committed);
+    debug_assert_eq!(views.events.len(), scan.event_offsets.len());
+    (scan, views.events)
 }
 
 /// What a scan keeps of each event it decodes: pending until its batch's marker commits it.
 trait KeepViews<'a> {
-    fn pend(&mut self, view: EventView<'a>);
+    fn pend(&mut self, offset: usize, view: EventView<'a>);
     fn commit(&mut self);
 }
 
 struct NoViews;
 
 impl<'a> KeepViews<'a> for NoViews {
-    fn pend(&mut self, _: EventView<'a>) {}
+    fn pend(&mut self, _: usize, _: EventView<'a>) {}
     fn commit(&mut self) {}
 }
 
-#[derive(Default)]
+/// Every event decoded, in order; those below `committed` are of committed batches.
 struct Views<'a> {
-    committed: Vec<EventView<'a>>,
-    pending: Vec<EventView<'a>>,
+    events: Vec<(u64, EventView<'a>)>,
+    committed: usize,
 }
 
 impl<'a> KeepViews<'a> for Views<'a> {
-    fn pend(&mut self, view: EventView<'a>) {
-        self.pending.push(view);
+    fn pend(&mut self, offset: usize, view: EventView<'a>) {
+        self.events.push((offset as u64, view));
     }
     fn commit(&mut self) {
-        self.committed.append(&mut self.pending);
+        self.committed = self.events.len();
     }
 }
 
@@ -170,7 +176,7 @@ fn scan_committed_keeping<'a>(bytes: &'a [u8], start: ScanPoint, keep: &mut impl
                 match EventView::decode(position, payload) {
                     Ok(view) => {
                         pending_recorded_at = view.recorded_at;
-                        keep.pend(view);
+                        keep.pend(offset, view);
                     }
                     Err(e) => break format!("a record validates but does not decode: {e}"),
                 }

@@ -118,11 +118,13 @@ impl StagedIndex {
         for tag in &item.tags {
             lists.push(self.by_tag.get(tag.as_str())?);
         }
-        if !item.types.is_empty() && staged_type_ids().next().is_none() {
+        // Looked up once, compared as integers per candidate.
+        let type_ids: Vec<u32> = staged_type_ids().collect();
+        if !item.types.is_empty() && type_ids.is_empty() {
             return None;
         }
         lists.sort_by_key(|list| list.len());
-        let type_ok = |i: usize| item.types.is_empty() || staged_type_ids().any(|id| id == self.type_of[i]);
+        let type_ok = |i: usize| item.types.is_empty() || type_ids.contains(&self.type_of[i]);
         lists[0]
             .iter()
             .map(|&i| i as usize)
