@@ -26,6 +26,10 @@ fn main() {
     if prefill {
         options.segment_size = 64 << 20;
     }
+    // PART_MIB=n: parts of n MiB, to see what the sealer's part files cost the commits.
+    if let Some(mib) = std::env::var("PART_MIB").ok().and_then(|v| v.parse::<u64>().ok()) {
+        options.part_bytes = mib << 20;
+    }
     let store = Arc::new(Store::open(&dir, options).unwrap());
     if prefill {
         // Fills the first segment in large batches, so the measured appends land in the next.
