@@ -29,6 +29,9 @@ pub(crate) const EVENT_FIXED_BYTES: usize = 11;
 /// type, and the most tags at their largest.
 pub(crate) const MAX_EVENT_OVERHEAD: usize = EVENT_FIXED_BYTES + MAX_TYPE_BYTES + MAX_TAGS * (2 + MAX_TAG_BYTES);
 pub(crate) const RECORDED_AT_OFFSET: usize = 1;
+/// Where the payload keeps the type's length and the tag count (one byte each).
+pub(crate) const TYPE_LEN_OFFSET: usize = 9;
+pub(crate) const TAG_COUNT_OFFSET: usize = 10;
 
 /// An event to append: a type, a set of tags, and opaque data.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -169,9 +172,9 @@ impl<'a> EventView<'a> {
         if payload.len() < EVENT_FIXED_BYTES || payload[0] != RECORD_KIND_EVENT {
             return Err(bad("not an event record"));
         }
-        let recorded_at = u64::from_le_bytes(payload[1..9].try_into().unwrap());
-        let type_len = payload[9] as usize;
-        let tag_count = payload[10] as usize;
+        let recorded_at = u64::from_le_bytes(payload[RECORDED_AT_OFFSET..TYPE_LEN_OFFSET].try_into().unwrap());
+        let type_len = payload[TYPE_LEN_OFFSET] as usize;
+        let tag_count = payload[TAG_COUNT_OFFSET] as usize;
         let lengths_end = EVENT_FIXED_BYTES + 2 * tag_count;
         if type_len == 0 || payload.len() < lengths_end + type_len {
             return Err(bad("truncated header"));
@@ -304,7 +307,7 @@ mod tests {
         // The type one byte short ("Typ" + the first byte of "é"), the first tag one byte longer:
         // the run "Typé" + tags is unchanged and valid, the cut is not.
         let mut split = good.clone();
-        split[RECORDED_AT_OFFSET + 8] = 4;
+        split[TYPE_LEN_OFFSET] = 4;
         set_len(&mut split, lengths, 5);
         let err = EventView::decode(Position(1), &split).unwrap_err();
         assert_eq!(err.message(), "event at position 1: type is not UTF-8");

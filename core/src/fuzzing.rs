@@ -2,7 +2,7 @@
 //! driven over arbitrary input. None of them may panic; each also checks what its decoder
 //! promises (offsets inside the input, positions in range).
 
-use crate::event::EventView;
+use crate::event::{EVENT_FIXED_BYTES, EventView, TAG_COUNT_OFFSET, TYPE_LEN_OFFSET};
 use crate::index::file::IndexFile;
 use crate::log::format::{HEADER_LEN, decode_header};
 use crate::log::recovery::{ScanPoint, Tail, scan_committed_with_views, scan_records};
@@ -90,9 +90,9 @@ pub fn index_file(bytes: &[u8]) {
 /// The type and tag byte slices of an event payload whose lengths are consistent (the layout
 /// of ARCHITECTURE.md, "Event payload"), checked independently of `EventView::decode`.
 fn names_of(bytes: &[u8]) -> Option<Vec<&[u8]>> {
-    let (type_len, tag_count) = (*bytes.get(9)? as usize, *bytes.get(10)? as usize);
-    let lengths = bytes.get(11..11 + 2 * tag_count)?;
-    let mut at = 11 + 2 * tag_count;
+    let (type_len, tag_count) = (*bytes.get(TYPE_LEN_OFFSET)? as usize, *bytes.get(TAG_COUNT_OFFSET)? as usize);
+    let lengths = bytes.get(EVENT_FIXED_BYTES..EVENT_FIXED_BYTES + 2 * tag_count)?;
+    let mut at = EVENT_FIXED_BYTES + 2 * tag_count;
     let mut names = vec![bytes.get(at..at + type_len)?];
     at += type_len;
     for c in lengths.chunks_exact(2) {
