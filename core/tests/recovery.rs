@@ -498,15 +498,17 @@ fn committed_end(bytes: &[u8]) -> usize {
 
 /// A power cut can leave the pages of an unacknowledged group on disk with a zeroed hole before
 /// them. Open sees a clean end at the hole (it must not read the rest of the segment), so the
-/// bytes beyond it survive; once the segment fills and rolls over they still lie after its
-/// committed end. That segment must seal, and the store must reopen with every event.
+/// bytes beyond it survive; once the segment rolls over they still lie after its committed end
+/// (those in the pages the writer wrote again are zeroed by its page padding, those past them
+/// stay). That segment must seal, and the store must reopen with every event.
 #[test]
 fn leftover_bytes_after_a_hole_do_not_stop_sealing_or_the_next_open() {
+    const SEGMENT: u64 = 16384;
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(77);
     let mut appended: Vec<Event> = Vec::new();
     {
-        let store = Store::open(dir.path(), buffered(4096)).unwrap();
+        let store = Store::open(dir.path(), buffered(SEGMENT)).unwrap();
         for _ in 0..3 {
             let event = random_event(&mut rng);
             store.append(vec![event.clone()], None).unwrap();
@@ -527,13 +529,19 @@ fn leftover_bytes_after_a_hole_do_not_stop_sealing_or_the_next_open() {
     std::fs::write(&active, &bytes).unwrap();
 
     {
-        let store = Store::open(dir.path(), buffered(4096)).unwrap();
+        let store = Store::open(dir.path(), buffered(SEGMENT)).unwrap();
         assert_eq!(store.recovery().torn_tail, None, "open stops at the hole: {:?}", store.recovery());
-        while segment_files(dir.path()).len() == 1 {
+        for _ in 0..3 {
             let event = random_event(&mut rng);
             store.append(vec![event.clone()], None).unwrap();
             appended.push(event);
         }
+        // Fits an empty segment, not the rest of this one: the segment rolls over with the
+        // writer's last page its first, and the leftover bytes of the three after it.
+        let big = Event::new("Big", ["t"], vec![3u8; 16000]);
+        store.append(vec![big.clone()], None).unwrap();
+        appended.push(big);
+        assert_eq!(segment_files(dir.path()).len(), 2);
         store.wait_for_sealing();
         store.close().unwrap();
     }
@@ -545,13 +553,13 @@ fn leftover_bytes_after_a_hole_do_not_stop_sealing_or_the_next_open() {
     );
     assert!(dir.path().join(format!("{:020}.idx", 1)).exists(), "the sealer must have built the index file");
 
-    let store = Store::open(dir.path(), buffered(4096)).unwrap_or_else(|e| panic!("reopen: {e}"));
+    let store = Store::open(dir.path(), buffered(SEGMENT)).unwrap_or_else(|e| panic!("reopen: {e}"));
     assert!(store.recovery().rebuilt_indexes.is_empty(), "{:?}", store.recovery());
     assert_events(&read_all(&store), &appended, "after the leftover bytes");
     store.close().unwrap();
     // Without the index file, the rebuild at open accepts the segment for the same reason.
     std::fs::remove_file(dir.path().join(format!("{:020}.idx", 1))).unwrap();
-    let store = Store::open(dir.path(), buffered(4096)).unwrap_or_else(|e| panic!("rebuild: {e}"));
+    let store = Store::open(dir.path(), buffered(SEGMENT)).unwrap_or_else(|e| panic!("rebuild: {e}"));
     assert_eq!(store.recovery().rebuilt_indexes.len(), 1);
     assert_events(&read_all(&store), &appended, "after rebuilding the index");
 }

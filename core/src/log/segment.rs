@@ -340,6 +340,9 @@ impl ActiveSegment {
 }
 
 pub const FIRST_RECORD_OFFSET: u64 = HEADER_LEN as u64;
+/// The unit the page cache reads and writes a segment in (and ext4's and XFS's block): a
+/// write that covers less of a page the cache does not hold reads it first.
+pub(crate) const PAGE_BYTES: u64 = 4096;
 
 #[cfg(test)]
 mod tests {

@@ -39,6 +39,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crate::log::prepare::{ZERO_CHUNK, write_out};
+use crate::log::segment::PAGE_BYTES;
 use crate::options::Durability;
 
 /// How far past the writer's end the zeroer keeps the segment written.
@@ -51,7 +52,7 @@ const ARM_AFTER: u64 = 64 << 10;
 /// When the writer has caught up with the zeroer, the zeroer starts again this far past the
 /// writer's end, so the writer's next commits do not wait for its first step.
 const LEAD: u64 = 64 << 10;
-const PAGE: u64 = 4096;
+const PAGE: u64 = PAGE_BYTES;
 
 /// The zeroer of one active segment; dropping it waits for the step under way and stops it.
 pub(crate) struct ZeroAhead {

@@ -17,7 +17,7 @@ use crate::index::seal::SealJob;
 use crate::index::tail::TailIndex;
 use crate::log::prepare::{InstallError, Installed, SegmentPreparer};
 use crate::log::zero_ahead::ZeroAhead;
-use crate::log::segment::ActiveSegment;
+use crate::log::segment::{ActiveSegment, PAGE_BYTES};
 use crate::position::Position;
 use crate::query::Query;
 use crate::read::{Published, SegmentEntry, Snapshot};
@@ -275,12 +275,12 @@ impl Writer {
     /// Writes and (with `fsync` durability) syncs the staged batches, then publishes them and
     /// answers their callers. On failure nothing becomes visible and every staged caller gets
     /// the error.
-    fn flush(&mut self, staged: Commit, recorded_at: u64) {
+    fn flush(&mut self, mut staged: Commit, recorded_at: u64) {
         if staged.answers.is_empty() {
             return;
         }
         crate::fault::crash_point("commit.before_write");
-        if let Err(e) = self.write_group(&staged.bytes) {
+        if let Err(e) = self.write_group(&mut staged.bytes) {
             // Poisoned, as after a failed fsync, rather than rewound: part of the group may have
             // landed, and a follower may already have accepted the whole batches in that part;
             // writing other batches over them would change what it has shown. A reopen recovers
@@ -391,10 +391,24 @@ impl Writer {
     }
 
     /// One write of a whole group (the fault points stand for a crash or a device error in the
-    /// middle of it).
-    fn write_group(&self, bytes: &[u8]) -> std::io::Result<()> {
+    /// middle of it), padded with zeros to the end of the page its last byte falls in.
+    ///
+    /// Why the padding: a write that covers only part of a page the page cache does not hold
+    /// makes the kernel read that page from disk first, inside the commit. The free space of an
+    /// active segment is written zeros (a prepared segment, or the zeroer's window), and once
+    /// the cache has let those pages go (other I/O, a process that runs for weeks) every group
+    /// that reaches a new page waited for such a read (ARCHITECTURE.md, "to the end of its last
+    /// page"). Covering the page to its end needs no read. The bytes past the committed end are
+    /// not part of the log (zeros, or after a hole the leftovers of a group never
+    /// acknowledged), so the zeros change nothing recovery or a follower uses. The page the
+    /// group starts in is the last group's, normally still cached: a group that ends in it is
+    /// not padded (the group that reached the page first padded it), and no group rewrites it
+    /// from its start, since that would rewrite committed batches.
+    fn write_group(&self, bytes: &mut Vec<u8>) -> std::io::Result<()> {
+        let unpadded = bytes.len();
+        let padded_end = padded_end(self.active.end, self.active.end + unpadded as u64, self.active.capacity);
         if let Some(zero_ahead) = &self.zero_ahead {
-            zero_ahead.before_write(self.active.end, self.active.end + bytes.len() as u64);
+            zero_ahead.before_write(self.active.end, padded_end);
         }
         if crate::fault::hit("commit.torn_marker").is_some() {
             // The last commit marker's length reaches the disk, its checksum and payload do not.
@@ -405,7 +419,10 @@ impl Writer {
             let _ = self.active.write_at_end(&bytes[..bytes.len() / 2]);
             return Err(e);
         }
-        self.active.write_at_end(bytes)
+        bytes.resize((padded_end - self.active.end) as usize, 0);
+        let written = self.active.write_at_end(bytes);
+        bytes.truncate(unpadded);
+        written
     }
 
     /// A failed fsync poisons the writer. After it the kernel may have dropped the dirty pages
@@ -496,8 +513,38 @@ impl Writer {
     }
 }
 
+/// Where a group written from byte `start` to `end` is written to (see `Writer::write_group`):
+/// to the end of its last page, never past the segment's capacity (which need not be a whole
+/// number of pages); not padded when it ends in the page it starts in after earlier bytes, the
+/// page the last group wrote (a small event's group, most of the time), which is not read again.
+fn padded_end(start: u64, end: u64, capacity: u64) -> u64 {
+    let last_page = end.saturating_sub(1) / PAGE_BYTES * PAGE_BYTES;
+    if end <= start || last_page < start {
+        return end;
+    }
+    end.next_multiple_of(PAGE_BYTES).min(capacity).max(end)
+}
+
 fn fail_all(answers: Vec<(Reply, AppendResult)>, err: &Error) {
     for (reply, _) in answers {
         reply.send(Err(err.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::padded_end;
+
+    #[test]
+    fn a_group_is_written_to_the_end_of_its_last_page_and_no_further_than_the_segment() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(padded_end(32, 4000, MIB), 4000, "it ends in the page the last group ended in");
+        assert_eq!(padded_end(4000, 4100, MIB), 8192, "it reaches a new page");
+        assert_eq!(padded_end(4096, 4100, MIB), 8192, "it starts a new page");
+        assert_eq!(padded_end(100, 4096, MIB), 4096, "it ends on a page boundary");
+        assert_eq!(padded_end(100, 12289, MIB), 16384, "only the last page is padded");
+        // A segment size that is not a whole number of pages: the last page is cut at the end.
+        assert_eq!(padded_end(4000, 5000, 5003), 5003);
+        assert_eq!(padded_end(4096, 5003, 5003), 5003);
     }
 }

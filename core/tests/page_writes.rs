@@ -1,0 +1,85 @@
+//! The writer writes whole pages: a group is padded with zeros to the end of the page its last
+//! byte falls in, so appending into free space the page cache has let go reads nothing from
+//! disk first (`Writer::write_group`). One test in this file: it reads the process's I/O
+//! counters, which a test running beside it would disturb.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use lapilli_core::{Durability, Event, Options, Query, ReadOptions, Store};
+
+/// Bytes this process has had read from storage so far (`/proc/self/io`).
+fn read_bytes() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap();
+    let line = io.lines().find(|l| l.starts_with("read_bytes:")).unwrap();
+    line["read_bytes:".len()..].trim().parse().unwrap()
+}
+
+fn evict(file: &std::fs::File) {
+    file.sync_all().unwrap();
+    // SAFETY: plain syscall on a descriptor we own.
+    assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+}
+
+/// Whether, in `dir`, writing part of a page the cache does not hold reads that page: what the
+/// test is about. Not on tmpfs (no disk under it), where there is nothing to test.
+fn partial_page_writes_read_here(dir: &Path) -> bool {
+    let path = dir.join("probe");
+    let file = OpenOptions::new().create_new(true).read(true).write(true).open(&path).unwrap();
+    file.write_all_at(&[7u8; 4 * 4096], 0).unwrap();
+    evict(&file);
+    let before = read_bytes();
+    for page in 0..4 {
+        file.write_all_at(&[1u8; 100], page * 4096 + 10).unwrap();
+    }
+    let read = read_bytes() - before;
+    std::fs::remove_file(&path).unwrap();
+    if read == 0 {
+        eprintln!("skipped: in {} a partial write of an evicted page reads nothing", dir.display());
+    }
+    read > 0
+}
+
+#[test]
+fn appending_into_written_zeros_the_cache_let_go_reads_no_page_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    if !partial_page_writes_read_here(dir.path()) {
+        return;
+    }
+    let store_dir = dir.path().join("store");
+    let options = Options { durability: Durability::Buffered, segment_size: 1 << 20, ..Options::default() };
+    let store = Store::open(&store_dir, options.clone()).unwrap();
+    store.append(vec![Event::new("First", ["n:0"], vec![1u8; 64])], None).unwrap();
+    store.close().unwrap();
+    // The free space as a prepared segment's, or the zeroer's window, has it: zeros written and
+    // on disk (an unwritten extent would read nothing either way).
+    let segment = common::segment_path(&store_dir, 1);
+    let file = OpenOptions::new().read(true).write(true).open(&segment).unwrap();
+    let capacity = file.metadata().unwrap().len();
+    file.write_all_at(&vec![0u8; (capacity - 8192) as usize], 8192).unwrap();
+    evict(&file);
+
+    let store = Store::open(&store_dir, options).unwrap();
+    assert!(common::evict_store_pages(&store_dir));
+    let before = read_bytes();
+    // 48 appends of about 1 KiB, one by one: a dozen new pages, each met by a group that ends
+    // inside it.
+    for n in 1..=48u32 {
+        store.append(vec![Event::new("Next", [format!("n:{n}")], vec![n as u8; 1000])], None).unwrap();
+    }
+    let read = read_bytes() - before;
+    // The page that held the first event is read once, for the first group that writes into
+    // it; with a group's last page written only in part, each of the dozen pages was read.
+    assert!(read <= 4096, "appending read {read} bytes of the segment from disk");
+
+    let events = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+    assert_eq!(events.len(), 49);
+    assert!(events[1..].iter().enumerate().all(|(i, e)| e.data == vec![i as u8 + 1; 1000]));
+    store.close().unwrap();
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), capacity, "the padding never grows the segment");
+}
