@@ -2,7 +2,9 @@
 //! append latency. Each writer appends one 256-byte event at a time (two tags, no condition) with
 //! `fsync` durability, into a new store's first segment (only allocated: the writer zeros ahead
 //! of itself in it, `log/zero_ahead.rs`), or with `PREFILL=1` into a prepared second segment
-//! (the first, of 64 MiB, filled beforehand), for comparing the two.
+//! (the first, of 64 MiB, filled beforehand), for comparing the two. `EVICT=1` (with
+//! `PREFILL=1`) then drops the store's pages from the page cache before the writers start, as
+//! other I/O or a long run would: the prepared segment's zeros are then on disk only.
 //!
 //! ```sh
 //! cargo run --release -p lapilli-core --example group_probe -- [WRITERS] [SECONDS] [DIR]
@@ -38,6 +40,9 @@ fn main() {
             store.append(batch, None).unwrap();
         }
         std::thread::sleep(Duration::from_secs(2));
+        if std::env::var_os("EVICT").is_some() {
+            evict(&dir);
+        }
     }
     let before = store.stats().unwrap();
     let stop = Instant::now() + Duration::from_secs_f64(secs);
@@ -78,4 +83,16 @@ fn main() {
     );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `POSIX_FADV_DONTNEED` on every file of the store (the zeros ahead of the writer are not
+/// mapped by anyone, so this drops them).
+fn evict(dir: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let file = std::fs::File::open(entry.unwrap().path()).unwrap();
+        file.sync_all().unwrap();
+        // SAFETY: plain syscall on a descriptor we own.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
 }
