@@ -40,8 +40,8 @@ fn a_larger_segment_size_on_reopen_keeps_every_acknowledged_append() {
 /// byte-identical, after every reopen, and the store keeps accepting appends.
 #[test]
 fn acknowledged_appends_survive_any_sequence_of_segment_size_changes() {
-    // Some not a whole number of pages: a group is padded to its page's end, but never past
-    // the segment's.
+    // Some not a whole number of pages (the padding of a group stops at the segment's end;
+    // `padding_never_grows_a_segment_whose_size_is_not_whole_pages` checks the files' lengths).
     let sizes = [4096u64, 5003, 8192, 12289, 16384, 65536, 1 << 20];
     for seed in 0..12 {
         let mut rng = Rng::new(seed);
@@ -84,6 +84,31 @@ fn acknowledged_appends_survive_any_sequence_of_segment_size_changes() {
             store.close().unwrap();
         }
     }
+}
+
+/// A segment size that is not a whole number of pages: the group that reaches the last, partial
+/// page is padded to the segment's end, not to the page's, so no segment file ever grows past
+/// the size it was made with (and every event reads back after a reopen).
+#[test]
+fn padding_never_grows_a_segment_whose_size_is_not_whole_pages() {
+    const SIZE: u64 = 5003;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(5003);
+    let mut model = Vec::new();
+    let store = Store::open(dir.path(), buffered(SIZE)).unwrap();
+    while common::segment_files(dir.path()).len() < 6 {
+        let len = rng.range(10, 1500) as usize;
+        let data = rng.bytes(len);
+        store.append(vec![Event::new("E", ["t"], data.clone())], None).unwrap();
+        model.push(data);
+    }
+    store.close().unwrap();
+    for path in common::segment_files(dir.path()) {
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), SIZE, "{}", path.display());
+    }
+    let store = Store::open(dir.path(), buffered(SIZE)).unwrap();
+    let events = all(&store);
+    assert_eq!(events.iter().map(|e| e.data.clone()).collect::<Vec<_>>(), model);
 }
 
 /// Rewrites every event's `recorded_at` in a closed store's segment to `micros`, re-chaining the

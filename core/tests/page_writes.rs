@@ -1,7 +1,8 @@
-//! The writer writes whole pages: a group is padded with zeros to the end of the page its last
-//! byte falls in, so appending into free space the page cache has let go reads nothing from
-//! disk first (`Writer::write_group`). One test in this file: it reads the process's I/O
-//! counters, which a test running beside it would disturb.
+//! The writer writes whole pages: a group that reaches a new page is padded with zeros to that
+//! page's end, so appending into free space the page cache has let go reads nothing from disk
+//! first (`Writer::write_group`). One test in this file: it reads the I/O counters of the
+//! store's writer thread (and, for its probe, of its own thread), which a test running beside
+//! it could disturb.
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -13,11 +14,24 @@ use std::path::Path;
 
 use lapilli_core::{Durability, Event, Options, Query, ReadOptions, Store};
 
-/// Bytes this process has had read from storage so far (`/proc/self/io`).
-fn read_bytes() -> u64 {
-    let io = std::fs::read_to_string("/proc/self/io").unwrap();
+/// Bytes a thread has had read from storage so far (`/proc/thread-self/io` for this one, or
+/// the `io` of a task of this process): the read a partial page write makes is counted to the
+/// thread that writes.
+fn read_bytes(task: &Path) -> u64 {
+    let io = std::fs::read_to_string(task.join("io")).unwrap();
     let line = io.lines().find(|l| l.starts_with("read_bytes:")).unwrap();
     line["read_bytes:".len()..].trim().parse().unwrap()
+}
+
+/// The task directory of the store's writer thread (only one store is open at a time here).
+fn writer_task() -> std::path::PathBuf {
+    let writers: Vec<_> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map(|task| task.unwrap().path())
+        .filter(|task| std::fs::read_to_string(task.join("comm")).unwrap_or_default().trim_end() == "lapilli-writer")
+        .collect();
+    assert_eq!(writers.len(), 1, "one writer thread: {writers:?}");
+    writers[0].clone()
 }
 
 fn evict(file: &std::fs::File) {
@@ -33,11 +47,12 @@ fn partial_page_writes_read_here(dir: &Path) -> bool {
     let file = OpenOptions::new().create_new(true).read(true).write(true).open(&path).unwrap();
     file.write_all_at(&[7u8; 4 * 4096], 0).unwrap();
     evict(&file);
-    let before = read_bytes();
+    let this_thread = Path::new("/proc/thread-self");
+    let before = read_bytes(this_thread);
     for page in 0..4 {
         file.write_all_at(&[1u8; 100], page * 4096 + 10).unwrap();
     }
-    let read = read_bytes() - before;
+    let read = read_bytes(this_thread) - before;
     std::fs::remove_file(&path).unwrap();
     if read == 0 {
         eprintln!("skipped: in {} a partial write of an evicted page reads nothing", dir.display());
@@ -47,7 +62,8 @@ fn partial_page_writes_read_here(dir: &Path) -> bool {
 
 #[test]
 fn appending_into_written_zeros_the_cache_let_go_reads_no_page_of_them() {
-    let dir = tempfile::tempdir().unwrap();
+    // In the build's own directory rather than /tmp, which may be a tmpfs (nothing to test).
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     if !partial_page_writes_read_here(dir.path()) {
         return;
     }
@@ -66,13 +82,15 @@ fn appending_into_written_zeros_the_cache_let_go_reads_no_page_of_them() {
 
     let store = Store::open(&store_dir, options).unwrap();
     assert!(common::evict_store_pages(&store_dir));
-    let before = read_bytes();
+    assert_eq!(common::resident_pages(&file), 0, "the segment's pages are out of the cache");
+    let writer = writer_task();
+    let before = read_bytes(&writer);
     // 48 appends of about 1 KiB, one by one: a dozen new pages, each met by a group that ends
     // inside it.
     for n in 1..=48u32 {
         store.append(vec![Event::new("Next", [format!("n:{n}")], vec![n as u8; 1000])], None).unwrap();
     }
-    let read = read_bytes() - before;
+    let read = read_bytes(&writer) - before;
     // The page that held the first event is read once, for the first group that writes into
     // it; with a group's last page written only in part, each of the dozen pages was read.
     assert!(read <= 4096, "appending read {read} bytes of the segment from disk");

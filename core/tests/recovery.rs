@@ -499,8 +499,8 @@ fn committed_end(bytes: &[u8]) -> usize {
 /// A power cut can leave the pages of an unacknowledged group on disk with a zeroed hole before
 /// them. Open sees a clean end at the hole (it must not read the rest of the segment), so the
 /// bytes beyond it survive; once the segment rolls over they still lie after its committed end
-/// (those in the pages the writer wrote again are zeroed by its page padding, those past them
-/// stay). That segment must seal, and the store must reopen with every event.
+/// (the writer's page padding zeroes them up to the end of the last page a group reached; past
+/// it they stay). That segment must seal, and the store must reopen with every event.
 #[test]
 fn leftover_bytes_after_a_hole_do_not_stop_sealing_or_the_next_open() {
     const SEGMENT: u64 = 16384;
@@ -536,8 +536,12 @@ fn leftover_bytes_after_a_hole_do_not_stop_sealing_or_the_next_open() {
             store.append(vec![event.clone()], None).unwrap();
             appended.push(event);
         }
+        // Reaches into the second page, which the padding zeroes to its end.
+        let crossing = Event::new("Crossing", ["t"], vec![5u8; 5000]);
+        store.append(vec![crossing.clone()], None).unwrap();
+        appended.push(crossing);
         // Fits an empty segment, not the rest of this one: the segment rolls over with the
-        // writer's last page its first, and the leftover bytes of the three after it.
+        // leftover bytes still in its last two pages.
         let big = Event::new("Big", ["t"], vec![3u8; 16000]);
         store.append(vec![big.clone()], None).unwrap();
         appended.push(big);
@@ -547,8 +551,10 @@ fn leftover_bytes_after_a_hole_do_not_stop_sealing_or_the_next_open() {
     }
     let sealed = std::fs::read(&active).unwrap();
     let sealed_end = committed_end(&sealed);
+    assert!((4096..8192).contains(&sealed_end), "the last group ends in the second page: {sealed_end}");
+    assert!(sealed[sealed_end..8192].iter().all(|&b| b == 0), "padded with zeros to the page's end");
     assert!(
-        sealed[sealed_end..].iter().any(|&b| b != 0),
+        sealed[8192..].iter().any(|&b| b != 0),
         "the case needs leftover bytes after the sealed segment's committed end"
     );
     assert!(dir.path().join(format!("{:020}.idx", 1)).exists(), "the sealer must have built the index file");

@@ -326,6 +326,48 @@ impl ActiveSegment {
         self.file.write_all_at(bytes, self.end)
     }
 
+    /// Writes `bytes` at the end and `pad` zero bytes (less than a page) after them, as one
+    /// positioned write from the two buffers: the group is not copied to append the zeros.
+    #[cfg(target_os = "linux")]
+    pub fn write_at_end_padded(&self, bytes: &[u8], pad: usize) -> io::Result<()> {
+        static ZEROS: [u8; PAGE_BYTES as usize] = [0; PAGE_BYTES as usize];
+        let mut parts = [bytes, &ZEROS[..pad]];
+        let mut offset = self.end;
+        while !parts[1].is_empty() || !parts[0].is_empty() {
+            let iov = parts.map(|part| libc::iovec { iov_base: part.as_ptr() as *mut libc::c_void, iov_len: part.len() });
+            // SAFETY: both iovecs point into live slices of their stated lengths, which the
+            // kernel only reads.
+            let written = unsafe { libc::pwritev(self.file.as_raw_fd(), iov.as_ptr(), 2, offset as libc::off_t) };
+            if written < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if written == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+            }
+            // A short write: go on from where it stopped.
+            let mut left = written as usize;
+            offset += left as u64;
+            for part in &mut parts {
+                let taken = left.min(part.len());
+                *part = &part[taken..];
+                left -= taken;
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn write_at_end_padded(&self, bytes: &[u8], pad: usize) -> io::Result<()> {
+        let mut padded = Vec::with_capacity(bytes.len() + pad);
+        padded.extend_from_slice(bytes);
+        padded.resize(bytes.len() + pad, 0);
+        self.write_at_end(&padded)
+    }
+
     pub fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
     }
@@ -340,13 +382,36 @@ impl ActiveSegment {
 }
 
 pub const FIRST_RECORD_OFFSET: u64 = HEADER_LEN as u64;
-/// The unit the page cache reads and writes a segment in (and ext4's and XFS's block): a
-/// write that covers less of a page the cache does not hold reads it first.
+/// The page a group's write is padded to the end of (`Writer::write_group`): a write that
+/// covers part of a page the cache does not hold reads it first. The page size of x86-64 and of
+/// most arm64 Linux kernels, and ext4's and XFS's default block; where pages or blocks are
+/// larger the padding covers only part of one and the read remains (a cost, not an error).
 pub(crate) const PAGE_BYTES: u64 = 4096;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The group's bytes, then exactly `pad` zeros, over whatever was there; nothing after.
+    #[test]
+    fn a_padded_write_puts_the_bytes_then_the_zeros_and_nothing_further() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        fs::write(&path, vec![0xa5u8; 8192]).unwrap();
+        let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let active = ActiveSegment { file, path: path.clone(), end: 100, chain: 0, capacity: 8192 };
+        active.write_at_end_padded(b"group", 4096 - 105).unwrap();
+        let bytes = fs::read(&path).unwrap();
+        assert!(bytes[..100].iter().all(|&b| b == 0xa5));
+        assert_eq!(&bytes[100..105], b"group");
+        assert!(bytes[105..4096].iter().all(|&b| b == 0), "the padding is zeros to the page's end");
+        assert!(bytes[4096..].iter().all(|&b| b == 0xa5), "and stops there");
+        let active = ActiveSegment { end: 4096, ..active };
+        active.write_at_end_padded(b"no pad", 0).unwrap();
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(&bytes[4096..4102], b"no pad");
+        assert_eq!(bytes[4102], 0xa5);
+    }
 
     fn resident_pages(file: &File, pages: usize) -> Vec<bool> {
         // SAFETY: a read-only view of a file nobody writes meanwhile; only its residency is read.

@@ -275,12 +275,12 @@ impl Writer {
     /// Writes and (with `fsync` durability) syncs the staged batches, then publishes them and
     /// answers their callers. On failure nothing becomes visible and every staged caller gets
     /// the error.
-    fn flush(&mut self, mut staged: Commit, recorded_at: u64) {
+    fn flush(&mut self, staged: Commit, recorded_at: u64) {
         if staged.answers.is_empty() {
             return;
         }
         crate::fault::crash_point("commit.before_write");
-        if let Err(e) = self.write_group(&mut staged.bytes) {
+        if let Err(e) = self.write_group(&staged.bytes) {
             // Poisoned, as after a failed fsync, rather than rewound: part of the group may have
             // landed, and a follower may already have accepted the whole batches in that part;
             // writing other batches over them would change what it has shown. A reopen recovers
@@ -401,12 +401,12 @@ impl Writer {
     /// page"). Covering the page to its end needs no read. The bytes past the committed end are
     /// not part of the log (zeros, or after a hole the leftovers of a group never
     /// acknowledged), so the zeros change nothing recovery or a follower uses. The page the
-    /// group starts in is the last group's, normally still cached: a group that ends in it is
-    /// not padded (the group that reached the page first padded it), and no group rewrites it
-    /// from its start, since that would rewrite committed batches.
-    fn write_group(&self, bytes: &mut Vec<u8>) -> std::io::Result<()> {
-        let unpadded = bytes.len();
-        let padded_end = padded_end(self.active.end, self.active.end + unpadded as u64, self.active.capacity);
+    /// group starts in is the last group's, normally still cached: a group that ends in it
+    /// after earlier bytes is not padded (the group that reached the page first padded it).
+    /// That page is not written from its start: the writer would have to keep (or read) its
+    /// committed bytes to do so, to spare one read after an open or a long idle.
+    fn write_group(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let padded_end = padded_end(self.active.end, self.active.end + bytes.len() as u64, self.active.capacity);
         if let Some(zero_ahead) = &self.zero_ahead {
             zero_ahead.before_write(self.active.end, padded_end);
         }
@@ -419,10 +419,8 @@ impl Writer {
             let _ = self.active.write_at_end(&bytes[..bytes.len() / 2]);
             return Err(e);
         }
-        bytes.resize((padded_end - self.active.end) as usize, 0);
-        let written = self.active.write_at_end(bytes);
-        bytes.truncate(unpadded);
-        written
+        let pad = padded_end - self.active.end - bytes.len() as u64;
+        self.active.write_at_end_padded(bytes, pad as usize)
     }
 
     /// A failed fsync poisons the writer. After it the kernel may have dropped the dirty pages
