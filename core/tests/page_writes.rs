@@ -24,14 +24,21 @@ fn read_bytes(task: &Path) -> u64 {
 }
 
 /// The task directory of the store's writer thread (only one store is open at a time here).
+/// A new thread names itself once it runs, which may be after `Store::open` returns: waited for.
 fn writer_task() -> std::path::PathBuf {
-    let writers: Vec<_> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .map(|task| task.unwrap().path())
-        .filter(|task| std::fs::read_to_string(task.join("comm")).unwrap_or_default().trim_end() == "lapilli-writer")
-        .collect();
-    assert_eq!(writers.len(), 1, "one writer thread: {writers:?}");
-    writers[0].clone()
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let writers: Vec<_> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| Some(task.ok()?.path()))
+            .filter(|task| std::fs::read_to_string(task.join("comm")).unwrap_or_default().trim_end() == "lapilli-writer")
+            .collect();
+        if writers.len() == 1 {
+            return writers[0].clone();
+        }
+        assert!(writers.len() < 2 && std::time::Instant::now() < deadline, "writer threads: {writers:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 fn evict(file: &std::fs::File) {
@@ -62,8 +69,10 @@ fn partial_page_writes_read_here(dir: &Path) -> bool {
 
 #[test]
 fn appending_into_written_zeros_the_cache_let_go_reads_no_page_of_them() {
-    // In the build's own directory rather than /tmp, which may be a tmpfs (nothing to test).
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // In the build's own directory rather than /tmp, which may be a tmpfs (nothing to test),
+    // unless that directory is gone since the build.
+    let build_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tempfile::tempdir_in(if build_tmp.is_dir() { build_tmp.to_path_buf() } else { std::env::temp_dir() }).unwrap();
     if !partial_page_writes_read_here(dir.path()) {
         return;
     }

@@ -326,18 +326,22 @@ impl ActiveSegment {
         self.file.write_all_at(bytes, self.end)
     }
 
-    /// Writes `bytes` at the end and `pad` zero bytes (less than a page) after them, as one
-    /// positioned write from the two buffers: the group is not copied to append the zeros.
+    /// Writes `bytes` at the end and `pad` zero bytes (less than a page) after them, with
+    /// positioned writes from the two buffers (one, unless the kernel writes short): the group
+    /// is not copied to append the zeros.
     #[cfg(target_os = "linux")]
     pub fn write_at_end_padded(&self, bytes: &[u8], pad: usize) -> io::Result<()> {
         static ZEROS: [u8; PAGE_BYTES as usize] = [0; PAGE_BYTES as usize];
+        debug_assert!(pad < PAGE_BYTES as usize);
         let mut parts = [bytes, &ZEROS[..pad]];
         let mut offset = self.end;
         while !parts[1].is_empty() || !parts[0].is_empty() {
             let iov = parts.map(|part| libc::iovec { iov_base: part.as_ptr() as *mut libc::c_void, iov_len: part.len() });
-            // SAFETY: both iovecs point into live slices of their stated lengths, which the
-            // kernel only reads.
-            let written = unsafe { libc::pwritev(self.file.as_raw_fd(), iov.as_ptr(), 2, offset as libc::off_t) };
+            let at = libc::off_t::try_from(offset).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
+            // SAFETY: both iovecs point into slices that outlive the call (the caller's group and
+            // a static page of zeros), at their stated lengths, and the kernel only reads them;
+            // the descriptor is this segment's own open file.
+            let written = unsafe { libc::pwritev(self.file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, at) };
             if written < 0 {
                 let err = io::Error::last_os_error();
                 if err.kind() == io::ErrorKind::Interrupted {
