@@ -136,8 +136,8 @@ pub fn residency_checks_on_this_thread() -> u64 {
 
 fn is_resident(map: &Mmap, offset: usize) -> bool {
     RESIDENCY_CHECKS.with(|n| n.set(n.get() + 1));
-    const PAGE: usize = 4096;
-    let page_start = offset / PAGE * PAGE;
+    let page = PAGE_BYTES as usize;
+    let page_start = offset / page * page;
     let mut resident = 0u8;
     // SAFETY: the address range is one page inside our own live mapping (mappings start
     // page-aligned), and `resident` has room for the one byte mincore writes for it.

@@ -52,7 +52,6 @@ const ARM_AFTER: u64 = 64 << 10;
 /// When the writer has caught up with the zeroer, the zeroer starts again this far past the
 /// writer's end, so the writer's next commits do not wait for its first step.
 const LEAD: u64 = 64 << 10;
-const PAGE: u64 = PAGE_BYTES;
 
 /// The zeroer of one active segment; dropping it waits for the step under way and stops it.
 pub(crate) struct ZeroAhead {
@@ -93,7 +92,7 @@ impl ZeroAhead {
         if durability != Durability::Fsync || end + ARM_AFTER >= capacity || !zeros_pay_on(file) {
             return None;
         }
-        let first_hole = first_hole(file, end.next_multiple_of(PAGE), capacity)?;
+        let first_hole = first_hole(file, end.next_multiple_of(PAGE_BYTES), capacity)?;
         let own = OpenOptions::new().write(true).open(path).ok()?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -107,7 +106,7 @@ impl ZeroAhead {
             }),
             changed: Condvar::new(),
             // What an earlier session zeroed is not zeroed again.
-            frontier: AtomicU64::new(first_hole / PAGE * PAGE),
+            frontier: AtomicU64::new(first_hole / PAGE_BYTES * PAGE_BYTES),
         });
         let zeroer = shared.clone();
         let thread = std::thread::Builder::new()
@@ -223,7 +222,7 @@ impl Shared {
             return Step::Wait;
         }
         let frontier = self.frontier.load(Ordering::Acquire);
-        let past_writer = state.writer_end.next_multiple_of(PAGE);
+        let past_writer = state.writer_end.next_multiple_of(PAGE_BYTES);
         let from = if frontier >= past_writer { frontier } else { past_writer + LEAD };
         if from >= state.capacity {
             Step::Done
@@ -359,7 +358,7 @@ mod tests {
         assert!(written.iter().all(|&b| b == 0xA5), "the zeroer wrote over a commit");
         // Every block up to a window past the writer was converted, except at most the lead the
         // zeroer leaves when it starts after the writer.
-        let converted_to = end.next_multiple_of(PAGE) + LEAD + PAGE;
+        let converted_to = end.next_multiple_of(PAGE_BYTES) + LEAD + PAGE_BYTES;
         assert!(!unwritten_at(&file, converted_to, end + WINDOW / 2), "no zeros were written ahead of the writer");
         assert!(unwritten_at(&file, end + 2 * WINDOW, capacity), "the zeroer went further than its window");
     }
