@@ -8,7 +8,7 @@ mod common;
 use common::postgres::{context_url, database_url, fresh_context};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::Duration;
 
 use lapilli_core::{
@@ -382,6 +382,12 @@ struct Relay {
     /// anything more on that connection: its client is cut off mid-transaction, as by a
     /// partition or a machine that lost power, and the server does not know.
     freeze_at_lock: Arc<AtomicBool>,
+    /// The same, frozen right after forwarding the writer's `COPY ... FROM STDIN`: the server
+    /// is then inside a statement, waiting for rows that never come.
+    freeze_in_copy: Arc<AtomicBool>,
+    /// The relay's own port on its connection to the server for the connection it froze (0
+    /// until it freezes one): the server's socket is the one whose peer is this port.
+    frozen_upstream_port: Arc<AtomicU16>,
 }
 
 /// The ErrorResponse a backend sends when the postmaster dies under it.
@@ -409,7 +415,10 @@ impl Relay {
         let refuse = Arc::new(AtomicBool::new(false));
         let fatal_at_commit = Arc::new(AtomicBool::new(false));
         let freeze_at_lock = Arc::new(AtomicBool::new(false));
+        let freeze_in_copy = Arc::new(AtomicBool::new(false));
+        let frozen_upstream_port = Arc::new(AtomicU16::new(0));
         let (cut, refusing, fatal, freeze) = (cut_at_commit.clone(), refuse.clone(), fatal_at_commit.clone(), freeze_at_lock.clone());
+        let (freeze_copy, frozen_port) = (freeze_in_copy.clone(), frozen_upstream_port.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -418,9 +427,11 @@ impl Relay {
                     continue;
                 }
                 let Ok(upstream) = TcpStream::connect(server) else { continue };
+                let upstream_port = upstream.local_addr().unwrap().port();
                 let (mut from_client, mut to_server) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
                 let (mut from_server, mut to_client) = (upstream, client);
                 let (cut, fatal, freeze) = (cut.clone(), fatal.clone(), freeze.clone());
+                let (freeze_copy, frozen_port) = (freeze_copy.clone(), frozen_port.clone());
                 let both = (from_client.try_clone().unwrap(), from_server.try_clone().unwrap());
                 let mut answer_client = to_client.try_clone().unwrap();
                 let muted = Arc::new(AtomicBool::new(false));
@@ -437,7 +448,8 @@ impl Relay {
                         let fake = commit && fatal.swap(false, Ordering::AcqRel);
                         // The lock is the statement right after START TRANSACTION (by name once prepared,
                         // so its text is not on the wire).
-                        let frozen = after_begin && freeze.swap(false, Ordering::AcqRel);
+                        let frozen = (after_begin && freeze.swap(false, Ordering::AcqRel))
+                            || (buffer[..n].windows(10).any(|w| w == b"FROM STDIN") && freeze_copy.swap(false, Ordering::AcqRel));
                         after_begin = buffer[..n].windows(17).any(|w| w == b"START TRANSACTION");
                         if fake || frozen {
                             muting.store(true, Ordering::Release);
@@ -446,6 +458,7 @@ impl Relay {
                             break;
                         }
                         if frozen {
+                            frozen_port.store(upstream_port, Ordering::Release);
                             // Hold both connections open, silent, for the rest of the process.
                             let _held = (from_client, to_server, both, answer_client);
                             loop {
@@ -488,7 +501,7 @@ impl Relay {
                 });
             }
         });
-        Relay { port, cut_at_commit, refuse, fatal_at_commit, freeze_at_lock }
+        Relay { port, cut_at_commit, refuse, fatal_at_commit, freeze_at_lock, freeze_in_copy, frozen_upstream_port }
     }
 
     /// `base` with its host and port replaced by the relay's.
@@ -612,6 +625,70 @@ fn a_writer_cut_off_mid_transaction_does_not_stop_the_context() {
         .expect("another handle's append waited 3 minutes behind a writer that is gone")
         .unwrap();
     assert_eq!(first, 2, "the cut-off transaction's events were committed");
+}
+
+/// The keepalive timer of this machine's IPv4 TCP socket from `local_port` to `remote_port`
+/// (`/proc/net/tcp`), in seconds until it fires: None if there is no such socket or no
+/// keepalive timer is pending on it.
+fn keepalive_timer_secs(local_port: u16, remote_port: u16) -> Option<f64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port_of = |address: &str| address.split_once(':').and_then(|(_, port)| u16::from_str_radix(port, 16).ok());
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 6 || port_of(fields[1]) != Some(local_port) || port_of(fields[2]) != Some(remote_port) {
+            return None;
+        }
+        // "tr:tm->when": timer 2 is keepalive, its expiry in clock ticks from now.
+        let (timer, when) = fields[5].split_once(':')?;
+        (timer == "02").then(|| u64::from_str_radix(when, 16).ok().map(|ticks| ticks as f64 / ticks_per_second)).flatten()
+    })
+}
+
+/// A writer cut off while the server is inside one of its statements (the `COPY` of a group,
+/// waiting for rows that never come) is not covered by the idle limit above: the server is
+/// busy reading, not idle. Only TCP keepalive tells it that nobody is there, and with the
+/// kernel's defaults that is two hours of every writer of the context waiting. The writer's
+/// transaction sets the server's keepalive on its connection to probe after 10 s of silence.
+/// The relay's kernel answers probes (it is alive), so the test checks the server's socket
+/// itself: its keepalive timer fires within 10 s, not 7,200.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_writer_cut_off_mid_copy_has_the_server_probe_its_connection_within_seconds() {
+    let Some(base) = database_url() else { return };
+    let server = server_address(&base);
+    assert!(server.is_ipv4(), "the test server listens on {server}; this test reads /proc/net/tcp (IPv4)");
+    let relay = Relay::start(server);
+    let context = fresh_context("cutcopy");
+    // Never dropped, even when an assertion below fails: closing it would wait for its writer,
+    // which waits for the server's answer to a COPY the relay never forwards.
+    let cut_off = std::mem::ManuallyDrop::new(Store::open(context_url(&relay.url(&base), &context), Options::default()).unwrap());
+    cut_off.append(vec![event("Before", &["b"])], None).unwrap();
+    relay.freeze_in_copy.store(true, Ordering::Release);
+    let stuck = cut_off.submit(vec![event("Lost", &["l"])], None);
+    std::mem::forget(stuck);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let upstream = loop {
+        match relay.frozen_upstream_port.load(Ordering::Acquire) {
+            0 => {
+                assert!(std::time::Instant::now() < deadline, "the relay never saw the writer's COPY");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            port => break port,
+        }
+    };
+    // The server's reply to the COPY is on its way to the relay; once the relay's kernel has
+    // acknowledged it, the keepalive timer is what is pending on the server's socket.
+    let mut timer = None;
+    while std::time::Instant::now() < deadline {
+        timer = keepalive_timer_secs(server.port(), upstream);
+        if timer.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let timer = timer.expect("no keepalive timer on the server's socket of the frozen connection");
+    assert!(timer <= 10.5, "the server probes the cut-off writer's connection only after {timer:.0} s of silence");
 }
 
 // ---- Connections dropped by the server ---------------------------------------------------------

@@ -254,15 +254,27 @@ impl PgWriter {
             tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(|e| not_committed("cannot begin", &e))?;
         }
         let lock_sql = "SELECT head, last_recorded_at, txid_current(), \
-             set_config('idle_in_transaction_session_timeout', '10s', true), set_config('jit', 'off', true) \
+             set_config('idle_in_transaction_session_timeout', '10s', true), set_config('jit', 'off', true), \
+             set_config('tcp_keepalives_idle', '10', true), set_config('tcp_keepalives_interval', '5', true), \
+             set_config('tcp_keepalives_count', '3', true) \
              FROM lapilli_contexts WHERE name = $1 FOR UPDATE";
         // The lock is held until this transaction ends. If this process is cut off in the
         // middle of it (a partition, a machine that lost power), the server would only notice
-        // through TCP keepalive, hours later, and every writer of the context would wait all
-        // that time: the `set_config` above (this transaction only, no extra round trip) has
-        // the server end it after 10 s idle. The writer's transaction is never idle for more
-        // than the time it takes to send its next statement, so it costs nothing else; a
-        // transaction ended so is not committed, and its appends are answered so.
+        // through TCP keepalive, two hours later with the kernel's defaults, and every writer
+        // of the context would wait all that time. So, for this transaction only (no extra
+        // round trip; the server puts its defaults back at the end):
+        // - between statements, the server ends it after 10 s idle. The writer's transaction
+        //   is never idle for more than the time it takes to send its next statement, so it
+        //   costs nothing else; a transaction ended so is not committed, and its appends are
+        //   answered so;
+        // - inside a statement that waits for this process (the `COPY` of a group, which the
+        //   idle limit does not cover: the server is busy reading it), the server's socket
+        //   probes a silent peer after 10 s, every 5 s, and gives up after 3 unanswered probes:
+        //   the statement fails about 25 s after the last byte, and the transaction with it.
+        //   A live peer answers probes from its kernel, so a slow writer is never cut.
+        // (A server blocked sending to a peer that is gone gives up by TCP retransmission, in
+        // about 15 minutes with Linux's defaults: the writer reads every reply at once, so only
+        // a partition in the middle of one can leave the server there.)
         // The second `set_config` turns JIT off for the rest of the transaction: a group's
         // condition check is one statement of many small subqueries whose summed cost crosses
         // jit_above_cost, and compiling it took over a second (128 appends of a group waited
