@@ -52,9 +52,13 @@ fn opening_a_url_opens_a_context_and_paths_stay_paths() {
 fn a_read_only_handle_on_a_url_refuses_appends_and_follows_commits() {
     let Some(base) = database_url() else { return };
     let url = context_url(&base, &fresh_context("ro"));
-    // A read-only handle needs an existing context.
+    // A read-only handle needs an existing context: Io, as for a missing directory, naming it.
     let err = Store::open_read_only(&url).err().expect("the open succeeded");
-    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert!(err.message().contains("does not exist"), "{}", err.message());
+    let dir = tempfile::tempdir().unwrap();
+    let missing = Store::open_read_only(dir.path().join("missing")).err().expect("the open succeeded");
+    assert_eq!(missing.kind(), err.kind(), "the two backends answer a missing store differently");
     let writer = Store::open(&url, Options::default()).unwrap();
     let reader = Store::open_read_only(&url).unwrap();
     assert!(reader.is_read_only());

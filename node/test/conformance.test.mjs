@@ -9,6 +9,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { execFileSync } from 'node:child_process'
 import lapilli from '../lapilli.js'
 
 const { Store, Query, LapilliError } = lapilli
@@ -281,3 +282,93 @@ for (const backend of backends) for (const file of files) {
     }
   })
 }
+
+// The errors of locations (API.md, "Where a store lives" and "Errors").
+
+/** The test database's URL, or undefined after skipping `t`; fails instead when
+ * LAPILLI_REQUIRE_POSTGRES is set. */
+function requirePostgres(t) {
+  if (!postgresUrl) {
+    assert.ok(!process.env.LAPILLI_REQUIRE_POSTGRES, 'LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not')
+    t.skip('no PostgreSQL server (LAPILLI_TEST_POSTGRES_URL)')
+  }
+  return postgresUrl
+}
+
+/** A context name no earlier run used (a-z, 0-9 and _, at most 40 characters). */
+function freshContext(stem) {
+  const stamp = (BigInt(Date.now()) * 1000n + BigInt(contexts++)) % 1000000000000n
+  const context = `js${process.pid}_${stamp}_${stem}`
+  assert.ok(context.length <= 40, context)
+  return context
+}
+
+function contextUrl(base, context) {
+  return `${base}${base.includes('?') ? '&' : '?'}context=${context}`
+}
+
+test('an unknown URL scheme is INVALID_ARGUMENT and makes no directory', async () => {
+  // Needs no server: the scheme is refused before anything is opened.
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-scheme-'))
+  const cwd = process.cwd()
+  process.chdir(tmp)
+  try {
+    for (const open of [(l) => Store.open(l), (l) => Store.openReadOnly(l)]) {
+      await assert.rejects(open('mysql://u@h/db'), (err) => {
+        assert.ok(err instanceof lapilli.InvalidArgumentError, `${err}`)
+        assert.equal(err.code, 'INVALID_ARGUMENT')
+        assert.match(err.message, /"mysql"/)
+        return true
+      })
+    }
+    assert.ok(!fs.existsSync(path.join(tmp, 'mysql:')), 'a directory mysql: was made')
+    assert.deepEqual(fs.readdirSync(tmp), [])
+  } finally {
+    process.chdir(cwd)
+    fs.rmSync(tmp, { recursive: true, force: true })
+  }
+})
+
+test('openReadOnly of a missing context is IO, as of a missing directory', async (t) => {
+  const base = requirePostgres(t)
+  if (!base) return
+  const url = contextUrl(base, freshContext('ro_missing'))
+  let code
+  await assert.rejects(Store.openReadOnly(url), (err) => {
+    assert.ok(err instanceof lapilli.LapilliIOError, `${err}`)
+    assert.equal(err.code, 'IO')
+    assert.match(err.message, /does not exist/)
+    code = err.code
+    return true
+  })
+  // The embedded backend answers a missing store with the same kind.
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lapilli-missing-'))
+  try {
+    await assert.rejects(Store.openReadOnly(path.join(tmp, 'missing')), (err) => {
+      assert.equal(err.code, code, `${err}`)
+      return true
+    })
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true })
+  }
+})
+
+test('a context of a newer schema is CORRUPTION', async (t) => {
+  const base = requirePostgres(t)
+  if (!base) return
+  const context = freshContext('newer')
+  const url = contextUrl(base, context)
+  await (await Store.open(url)).close()
+  // As if a newer Lapilli had made it (psql takes the URL without Lapilli's `context`).
+  const updated = execFileSync('psql', [base, '-c', `UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '${context}'`], { encoding: 'utf8' })
+  assert.equal(updated.trim(), 'UPDATE 1')
+  for (const open of [(l) => Store.open(l), (l) => Store.openReadOnly(l)]) {
+    await assert.rejects(open(url), (err) => {
+      assert.ok(err instanceof lapilli.CorruptionError, `${err}`)
+      assert.equal(err.code, 'CORRUPTION')
+      assert.match(err.message, /schema version 99/)
+      assert.match(err.message, /newer Lapilli/)
+      return true
+    })
+  }
+})

@@ -3,6 +3,7 @@ installed package, each as its own test named after its file."""
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -280,3 +281,71 @@ def test_conformance(path, backend, tmp_path):
     else:
         location = tmp_path / "store"
     Runner(path.name, location).run(scenario["steps"])
+
+
+# The errors of locations (API.md, "Where a store lives" and "Errors").
+
+
+def postgres_url():
+    """The test database's URL; the test skips without one unless LAPILLI_REQUIRE_POSTGRES is set."""
+    if not POSTGRES_URL:
+        if os.environ.get("LAPILLI_REQUIRE_POSTGRES"):
+            pytest.fail("LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not")
+        pytest.skip("no PostgreSQL server (LAPILLI_TEST_POSTGRES_URL)")
+    return POSTGRES_URL
+
+
+def fresh_context(stem):
+    """A context name no earlier run used (a-z, 0-9 and _, at most 40 characters)."""
+    context = f"py{os.getpid()}_{time.time_ns() // 1000 % 10**12}_{stem}"
+    assert len(context) <= 40, context
+    return context
+
+
+def context_url(base, context):
+    separator = "&" if "?" in base else "?"
+    return f"{base}{separator}context={context}"
+
+
+def test_an_unknown_url_scheme_is_invalid_argument_and_no_directory(tmp_path, monkeypatch):
+    # Needs no server: the scheme is refused before anything is opened.
+    monkeypatch.chdir(tmp_path)
+    for open_ in (Store.open, Store.open_read_only):
+        with pytest.raises(lapilli.InvalidArgumentError) as raised:
+            open_("mysql://u@h/db")
+        assert raised.value.code == "INVALID_ARGUMENT"
+        assert '"mysql"' in str(raised.value), str(raised.value)
+    assert not (tmp_path / "mysql:").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_open_of_a_missing_context_is_io_like_a_missing_directory(tmp_path):
+    context = fresh_context("ro_missing")
+    with pytest.raises(lapilli.LapilliIOError) as raised:
+        Store.open_read_only(context_url(postgres_url(), context))
+    assert raised.value.code == "IO"
+    assert "does not exist" in str(raised.value), str(raised.value)
+    # The embedded backend answers a missing store with the same kind.
+    with pytest.raises(lapilli.LapilliIOError) as missing:
+        Store.open_read_only(tmp_path / "missing")
+    assert type(missing.value) is type(raised.value)
+
+
+def test_a_context_of_a_newer_schema_is_corruption():
+    base = postgres_url()
+    context = fresh_context("newer")
+    url = context_url(base, context)
+    Store.open(url).close()
+    # As if a newer Lapilli had made it (psql takes the URL without Lapilli's `context`).
+    updated = subprocess.run(
+        ["psql", base, "-c", f"UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '{context}'"],
+        check=True, capture_output=True, text=True,
+    )
+    assert updated.stdout.strip() == "UPDATE 1", updated.stdout + updated.stderr
+    for open_ in (Store.open, Store.open_read_only):
+        with pytest.raises(lapilli.CorruptionError) as raised:
+            open_(url)
+        message = str(raised.value)
+        assert raised.value.code == "CORRUPTION"
+        assert "schema version 99" in message, message
+        assert "newer Lapilli" in message, message

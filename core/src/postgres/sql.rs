@@ -63,10 +63,13 @@ pub fn create_schema(client: &mut Client, context: &str, redacted: &str, read_on
     match exists {
         Some(found) if found > SCHEMA_VERSION => return Err(newer_schema(redacted, context, found)),
         Some(_) => {}
+        // The kind of the embedded backend's read-only open of a missing directory (`Io`,
+        // NotFound): the same call, the same answer, whichever the store is in.
         None if read_only => {
-            return Err(Error::invalid(format!(
-                "context {context:?} does not exist in {redacted}; a read-only handle opens an existing context"
-            )));
+            return Err(Error::io_message(
+                format!("context {context:?} does not exist in {redacted}; a read-only handle opens an existing context"),
+                std::io::ErrorKind::NotFound,
+            ));
         }
         None => {
             // The events of one context. Positions are the primary key (a B-tree, also what

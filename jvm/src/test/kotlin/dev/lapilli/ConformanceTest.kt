@@ -6,10 +6,17 @@ import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitAll
 import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.Assumptions.assumeTrue
 import org.junit.jupiter.api.DynamicTest
+import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.TestFactory
+import org.junit.jupiter.api.assertThrows
 import java.io.File
 import java.nio.file.Files
+import java.util.concurrent.atomic.AtomicLong
+import kotlin.test.assertEquals
+import kotlin.test.assertFalse
+import kotlin.test.assertTrue
 import kotlin.time.Duration.Companion.milliseconds
 
 /**
@@ -45,6 +52,80 @@ class ConformanceTest {
         val stamp = (System.currentTimeMillis() * 1000 + n) % 1_000_000_000_000L
         val separator = if ('?' in url) '&' else '?'
         return "$url${separator}context=kt${ProcessHandle.current().pid()}_${stamp}_$stem"
+    }
+
+    // The errors of locations (API.md, "Where a store lives" and "Errors").
+
+    /** The test database's URL; the test is skipped without one unless LAPILLI_REQUIRE_POSTGRES is set. */
+    private fun requirePostgres(): String {
+        if (System.getenv("LAPILLI_REQUIRE_POSTGRES") != null) {
+            checkNotNull(postgresUrl) { "LAPILLI_REQUIRE_POSTGRES is set but LAPILLI_TEST_POSTGRES_URL is not" }
+        }
+        assumeTrue(postgresUrl != null, "no PostgreSQL server (LAPILLI_TEST_POSTGRES_URL)")
+        return postgresUrl!!
+    }
+
+    /** A context name no earlier run used (a-z, 0-9 and _, at most 40 characters). */
+    private fun freshContext(stem: String): String {
+        val stamp = (System.currentTimeMillis() * 1000 + contexts.getAndIncrement()) % 1_000_000_000_000L
+        val context = "kt${ProcessHandle.current().pid()}_${stamp}_$stem"
+        check(context.length <= 40) { context }
+        return context
+    }
+
+    private fun contextUrl(base: String, context: String): String = "$base${if ('?' in base) '&' else '?'}context=$context"
+
+    @Test
+    fun `an unknown URL scheme is InvalidArgument and makes no directory`() {
+        // Needs no server: the scheme is refused before anything is opened. The JVM cannot change
+        // its working directory: the one a relative path would land in must stay without mysql:.
+        val wouldBe = File(System.getProperty("user.dir"), "mysql:")
+        assertFalse(wouldBe.exists(), "$wouldBe exists before the test")
+        val opens = listOf<(String) -> Store>({ Store.open(it) }, { Store.openReadOnly(it) })
+        for (open in opens) {
+            val e = assertThrows<LapilliException.InvalidArgument> { open("mysql://u@h/db").close() }
+            assertEquals("INVALID_ARGUMENT", e.code)
+            assertTrue("\"mysql\"" in e.message!!, e.message)
+        }
+        assertFalse(wouldBe.exists(), "opening mysql://u@h/db made $wouldBe")
+    }
+
+    @Test
+    fun `openReadOnly of a missing context is Io, as of a missing directory`() {
+        val url = contextUrl(requirePostgres(), freshContext("ro_missing"))
+        val e = assertThrows<LapilliException.Io> { Store.openReadOnly(url).close() }
+        assertEquals("IO", e.code)
+        assertTrue("does not exist" in e.message!!, e.message)
+        // The embedded backend answers a missing store with the same kind.
+        withTempDir { dir ->
+            val missing = assertThrows<LapilliException> { Store.openReadOnly(dir.resolve("missing")).close() }
+            assertEquals(e::class, missing::class, missing.toString())
+        }
+    }
+
+    @Test
+    fun `a context of a newer schema is Corruption`() {
+        val base = requirePostgres()
+        val context = freshContext("newer")
+        val url = contextUrl(base, context)
+        Store.open(url).close()
+        // As if a newer Lapilli had made it (psql takes the URL without Lapilli's `context`).
+        val psql = ProcessBuilder("psql", base, "-c", "UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '$context'")
+            .redirectErrorStream(true).start()
+        val output = psql.inputStream.bufferedReader().readText()
+        assertEquals(0, psql.waitFor(), output)
+        assertEquals("UPDATE 1", output.trim())
+        val opens = listOf<(String) -> Store>({ Store.open(it) }, { Store.openReadOnly(it) })
+        for (open in opens) {
+            val e = assertThrows<LapilliException.Corruption> { open(url).close() }
+            assertEquals("CORRUPTION", e.code)
+            assertTrue("schema version 99" in e.message!!, e.message)
+            assertTrue("newer Lapilli" in e.message!!, e.message)
+        }
+    }
+
+    private companion object {
+        val contexts = AtomicLong()
     }
 }
 
