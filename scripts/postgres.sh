@@ -15,10 +15,12 @@
 #                               a certificate of that CA), ..._CLIENT_CERT and ..._CLIENT_KEY
 #   scripts/postgres.sh env     print those export lines again for the running cluster
 #   scripts/postgres.sh stop    stop the pooler and the cluster and remove their directory
-#   scripts/postgres.sh kill    SIGKILL the server (the server-kill test's crash); the pooler stays
+#   scripts/postgres.sh kill    SIGKILL every process of the server at once (the server-kill
+#                               test's crash) and wait until they are gone; the pooler stays
 #   scripts/postgres.sh restart start the server again on the same directory and port
 #
-# Usage from a script: eval "$(scripts/postgres.sh start)"; trap 'scripts/postgres.sh stop' EXIT
+# Usage from a script under `set -e`: trap 'scripts/postgres.sh stop' EXIT;
+# env=$(scripts/postgres.sh start); eval "$env" (not `eval "$(...)"`, whose status is eval's).
 #
 # The server runs as a non-root user (PostgreSQL refuses root): `postgres` from the Debian
 # package. Where the cluster is lives in LAPILLI_PG_STATE (default /tmp/lapilli-pg.state), so
@@ -191,13 +193,31 @@ case "${1:-}" in
   kill)
     # shellcheck disable=SC1090
     . "$state"
-    kill -KILL "$(head -1 "$data/postmaster.pid")"
+    # The whole server at once, as a machine that loses power: the postmaster and every
+    # process it started (backends mid-statement, the WAL writer, the checkpointer). Killing
+    # only the postmaster left its backends running long enough to finish a COMMIT.
+    postmaster=$(head -1 "$data/postmaster.pid")
+    # Its children from /proc (field 4 of stat is the parent; their name, field 2, is
+    # "(postgres)", one word), not `ps`, which a minimal machine may not have.
+    processes="$postmaster $(awk -v parent="$postmaster" '$4 == parent { printf "%s ", $1 }' /proc/[0-9]*/stat 2>/dev/null || true)"
+    # shellcheck disable=SC2086
+    kill -KILL $processes 2>/dev/null || true
+    # Gone, not dying: a restart meets no shared memory still held by one of them.
+    for _ in $(seq 1 200); do
+      alive=0
+      for pid in $processes; do
+        if [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; then alive=1; fi
+      done
+      [ "$alive" = 0 ] && break
+      sleep 0.05
+    done
     ;;
   restart)
     # shellcheck disable=SC1090
     . "$state"
-    # A killed postmaster leaves its children for a moment; start refuses while they hold
-    # shared memory, so wait for the pid file's owner to be gone.
+    # After a `kill` above every process is gone; a postmaster killed some other way leaves
+    # its children for a moment, and start refuses while they hold shared memory, so wait for
+    # the pid file's owner to be gone too.
     for _ in $(seq 1 100); do
       pid=$(head -1 "$data/postmaster.pid" 2>/dev/null || true)
       if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then break; fi

@@ -9,8 +9,11 @@ bash scripts/release/versions-test.sh
 
 echo "== PostgreSQL: a throwaway server and a PgBouncer in front of it for the Postgres backend's tests (every runtime's)"
 export LAPILLI_PG_STATE="${TMPDIR:-/tmp}/lapilli-pg.$$.state"
-eval "$(bash scripts/postgres.sh start)"
 trap 'bash scripts/postgres.sh stop' EXIT
+# Assigned first, then evaluated: `eval "$(...)"` takes the status of `eval`, so a server that
+# failed to start went unnoticed until every runner, after its build, failed on a missing URL.
+postgres_env=$(bash scripts/postgres.sh start)
+eval "$postgres_env"
 # From here a Postgres test that cannot find the server or the pooler
 # (LAPILLI_TEST_PGBOUNCER_URL, core/tests/postgres_pooler.rs) fails instead of skipping, and
 # the server-kill test may kill this server.
