@@ -382,12 +382,17 @@ struct Relay {
     /// anything more on that connection: its client is cut off mid-transaction, as by a
     /// partition or a machine that lost power, and the server does not know.
     freeze_at_lock: Arc<AtomicBool>,
-    /// The same, frozen right after forwarding the writer's `COPY ... FROM STDIN`: the server
-    /// is then inside a statement, waiting for rows that never come.
+    /// The same, frozen right after forwarding the write that follows the one naming the
+    /// writer's `COPY ... FROM STDIN` (the driver prepares the statement first, then binds and
+    /// runs it): the server is then inside the statement, waiting for rows that never come.
     freeze_in_copy: Arc<AtomicBool>,
     /// The relay's own port on its connection to the server for the connection it froze (0
     /// until it freezes one): the server's socket is the one whose peer is this port.
     frozen_upstream_port: Arc<AtomicU16>,
+    /// Close the frozen connection (both ends), so that its server process ends: one frozen
+    /// inside a statement holds up every `DROP DATABASE` of the cluster (it never absorbs the
+    /// barrier those wait for) until it ends.
+    release_frozen: Arc<AtomicBool>,
 }
 
 /// The ErrorResponse a backend sends when the postmaster dies under it.
@@ -417,8 +422,9 @@ impl Relay {
         let freeze_at_lock = Arc::new(AtomicBool::new(false));
         let freeze_in_copy = Arc::new(AtomicBool::new(false));
         let frozen_upstream_port = Arc::new(AtomicU16::new(0));
+        let release_frozen = Arc::new(AtomicBool::new(false));
         let (cut, refusing, fatal, freeze) = (cut_at_commit.clone(), refuse.clone(), fatal_at_commit.clone(), freeze_at_lock.clone());
-        let (freeze_copy, frozen_port) = (freeze_in_copy.clone(), frozen_upstream_port.clone());
+        let (freeze_copy, frozen_port, release) = (freeze_in_copy.clone(), frozen_upstream_port.clone(), release_frozen.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -431,7 +437,7 @@ impl Relay {
                 let (mut from_client, mut to_server) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
                 let (mut from_server, mut to_client) = (upstream, client);
                 let (cut, fatal, freeze) = (cut.clone(), fatal.clone(), freeze.clone());
-                let (freeze_copy, frozen_port) = (freeze_copy.clone(), frozen_port.clone());
+                let (freeze_copy, frozen_port, release) = (freeze_copy.clone(), frozen_port.clone(), release.clone());
                 let both = (from_client.try_clone().unwrap(), from_server.try_clone().unwrap());
                 let mut answer_client = to_client.try_clone().unwrap();
                 let muted = Arc::new(AtomicBool::new(false));
@@ -439,6 +445,7 @@ impl Relay {
                 std::thread::spawn(move || {
                     let mut buffer = vec![0u8; 1 << 16];
                     let mut after_begin = false;
+                    let mut after_copy_prepared = false;
                     loop {
                         let n = match from_client.read(&mut buffer) {
                             Ok(0) | Err(_) => break,
@@ -449,7 +456,8 @@ impl Relay {
                         // The lock is the statement right after START TRANSACTION (by name once prepared,
                         // so its text is not on the wire).
                         let frozen = (after_begin && freeze.swap(false, Ordering::AcqRel))
-                            || (buffer[..n].windows(10).any(|w| w == b"FROM STDIN") && freeze_copy.swap(false, Ordering::AcqRel));
+                            || (after_copy_prepared && freeze_copy.swap(false, Ordering::AcqRel));
+                        after_copy_prepared = buffer[..n].windows(10).any(|w| w == b"FROM STDIN");
                         after_begin = buffer[..n].windows(17).any(|w| w == b"START TRANSACTION");
                         if fake || frozen {
                             muting.store(true, Ordering::Release);
@@ -459,11 +467,14 @@ impl Relay {
                         }
                         if frozen {
                             frozen_port.store(upstream_port, Ordering::Release);
-                            // Hold both connections open, silent, for the rest of the process.
-                            let _held = (from_client, to_server, both, answer_client);
-                            loop {
-                                std::thread::park();
+                            // Hold both connections open, silent, until released.
+                            while !release.load(Ordering::Acquire) {
+                                std::thread::sleep(Duration::from_millis(20));
                             }
+                            let _ = both.0.shutdown(Shutdown::Both);
+                            let _ = both.1.shutdown(Shutdown::Both);
+                            drop((from_client, to_server, answer_client));
+                            break;
                         }
                         if fake {
                             // Give the server the time to commit, then answer in its place.
@@ -501,7 +512,7 @@ impl Relay {
                 });
             }
         });
-        Relay { port, cut_at_commit, refuse, fatal_at_commit, freeze_at_lock, freeze_in_copy, frozen_upstream_port }
+        Relay { port, cut_at_commit, refuse, fatal_at_commit, freeze_at_lock, freeze_in_copy, frozen_upstream_port, release_frozen }
     }
 
     /// `base` with its host and port replaced by the relay's.
@@ -627,21 +638,38 @@ fn a_writer_cut_off_mid_transaction_does_not_stop_the_context() {
     assert_eq!(first, 2, "the cut-off transaction's events were committed");
 }
 
-/// The keepalive timer of this machine's IPv4 TCP socket from `local_port` to `remote_port`
-/// (`/proc/net/tcp`), in seconds until it fires: None if there is no such socket or no
-/// keepalive timer is pending on it.
+/// The TCP sockets of this machine's network namespace (`/proc/net/tcp` and `tcp6`): local
+/// port, remote port, and the "tr:tm->when" field (the pending timer, and its expiry in clock
+/// ticks from now).
+fn tcp_sockets() -> Vec<(u16, u16, String)> {
+    let port_of = |address: &str| address.rsplit_once(':').and_then(|(_, port)| u16::from_str_radix(port, 16).ok());
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    (fields.len() >= 6).then(|| Some((port_of(fields[1])?, port_of(fields[2])?, fields[5].to_string()))).flatten()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The keepalive timer of the socket from `local_port` to `remote_port`, in seconds until it
+/// fires: None if there is no such socket or no keepalive timer is pending on it.
 fn keepalive_timer_secs(local_port: u16, remote_port: u16) -> Option<f64> {
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    let port_of = |address: &str| address.split_once(':').and_then(|(_, port)| u16::from_str_radix(port, 16).ok());
     let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 6 || port_of(fields[1]) != Some(local_port) || port_of(fields[2]) != Some(remote_port) {
+    tcp_sockets().into_iter().find_map(|(local, remote, timer)| {
+        if (local, remote) != (local_port, remote_port) {
             return None;
         }
-        // "tr:tm->when": timer 2 is keepalive, its expiry in clock ticks from now.
-        let (timer, when) = fields[5].split_once(':')?;
-        (timer == "02").then(|| u64::from_str_radix(when, 16).ok().map(|ticks| ticks as f64 / ticks_per_second)).flatten()
+        // Timer 2 is keepalive.
+        let (kind, when) = timer.split_once(':')?;
+        (kind == "02").then(|| u64::from_str_radix(when, 16).ok().map(|ticks| ticks as f64 / ticks_per_second)).flatten()
     })
 }
 
@@ -657,8 +685,21 @@ fn keepalive_timer_secs(local_port: u16, remote_port: u16) -> Option<f64> {
 fn a_writer_cut_off_mid_copy_has_the_server_probe_its_connection_within_seconds() {
     let Some(base) = database_url() else { return };
     let server = server_address(&base);
-    assert!(server.is_ipv4(), "the test server listens on {server}; this test reads /proc/net/tcp (IPv4)");
+    // The server's sockets must be this machine's (not a container's behind a forwarded port).
+    if !tcp_sockets().iter().any(|&(local, remote, _)| local == server.port() && remote == 0) {
+        eprintln!("skipped: the server's listening socket ({server}) is not in this machine's /proc/net/tcp");
+        return;
+    }
     let relay = Relay::start(server);
+    // Whatever becomes of the test, the frozen connection is closed at its end (see
+    // `release_frozen`): other tests of this binary drop databases.
+    struct Release(Arc<AtomicBool>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    let _release = Release(relay.release_frozen.clone());
     let context = fresh_context("cutcopy");
     // Never dropped, even when an assertion below fails: closing it would wait for its writer,
     // which waits for the server's answer to a COPY the relay never forwards.
@@ -677,6 +718,23 @@ fn a_writer_cut_off_mid_copy_has_the_server_probe_its_connection_within_seconds(
             port => break port,
         }
     };
+    // The server is inside the COPY (active, not idle in transaction: the case the idle limit
+    // does not cover).
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    let mut state = None;
+    while std::time::Instant::now() < deadline {
+        state = admin
+            .query_opt("SELECT state, query FROM pg_stat_activity WHERE client_port = $1", &[&i32::from(upstream)])
+            .unwrap()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)));
+        if state.as_ref().is_some_and(|(state, _)| state == "active") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (state, query) = state.expect("the frozen connection's backend is not in pg_stat_activity");
+    assert_eq!(state, "active", "the frozen writer's backend is not inside a statement: {query}");
+    assert!(query.starts_with("COPY"), "the frozen writer's backend runs {query}");
     // The server's reply to the COPY is on its way to the relay; once the relay's kernel has
     // acknowledged it, the keepalive timer is what is pending on the server's socket.
     let mut timer = None;

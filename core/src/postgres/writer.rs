@@ -256,7 +256,9 @@ impl PgWriter {
         let lock_sql = "SELECT head, last_recorded_at, txid_current(), \
              set_config('idle_in_transaction_session_timeout', '10s', true), set_config('jit', 'off', true), \
              set_config('tcp_keepalives_idle', '10', true), set_config('tcp_keepalives_interval', '5', true), \
-             set_config('tcp_keepalives_count', '3', true) \
+             set_config('tcp_keepalives_count', '3', true), \
+             CASE WHEN current_setting('server_version_num')::int >= 120000 \
+                  THEN set_config('tcp_user_timeout', '30000', true) END \
              FROM lapilli_contexts WHERE name = $1 FOR UPDATE";
         // The lock is held until this transaction ends. If this process is cut off in the
         // middle of it (a partition, a machine that lost power), the server would only notice
@@ -271,10 +273,17 @@ impl PgWriter {
         //   idle limit does not cover: the server is busy reading it), the server's socket
         //   probes a silent peer after 10 s, every 5 s, and gives up after 3 unanswered probes:
         //   the statement fails about 25 s after the last byte, and the transaction with it.
-        //   A live peer answers probes from its kernel, so a slow writer is never cut.
-        // (A server blocked sending to a peer that is gone gives up by TCP retransmission, in
-        // about 15 minutes with Linux's defaults: the writer reads every reply at once, so only
-        // a partition in the middle of one can leave the server there.)
+        //   A live peer answers probes from its kernel, so a slow writer is never cut;
+        // - a server blocked sending to a peer that is gone (a partition in the middle of a
+        //   reply) gives up after 30 s without an acknowledgement (`tcp_user_timeout`, which
+        //   otherwise TCP retransmission ends in about 15 minutes; PostgreSQL 12 and later, the
+        //   `CASE` keeps older servers from refusing a name they do not know). Operators'
+        //   values of it are overridden for the transaction: it also decides when the probes
+        //   above give up.
+        // Behind a pooler these protect the pooler's connection to the server, not the
+        // writer's to the pooler: the pooler's own keepalive settings (PgBouncer's
+        // `tcp_keepidle`, `tcp_keepintvl`, `tcp_keepcnt`, `tcp_user_timeout`) decide when it
+        // notices a writer that is gone (ARCHITECTURE.md says so).
         // The second `set_config` turns JIT off for the rest of the transaction: a group's
         // condition check is one statement of many small subqueries whose summed cost crosses
         // jit_above_cost, and compiling it took over a second (128 appends of a group waited
