@@ -196,21 +196,35 @@ case "${1:-}" in
     # The whole server at once, as a machine that loses power: the postmaster and every
     # process it started (backends mid-statement, the WAL writer, the checkpointer). Killing
     # only the postmaster left its backends running long enough to finish a COMMIT.
-    postmaster=$(head -1 "$data/postmaster.pid")
-    # Its children from /proc (field 4 of stat is the parent; their name, field 2, is
-    # "(postgres)", one word), not `ps`, which a minimal machine may not have.
-    processes="$postmaster $(awk -v parent="$postmaster" '$4 == parent { printf "%s ", $1 }' /proc/[0-9]*/stat 2>/dev/null || true)"
+    postmaster=$(head -1 "$data/postmaster.pid" 2>/dev/null || true)
+    case "$postmaster" in
+      '' | *[!0-9]*) echo "postgres.sh kill: no server pid in $data/postmaster.pid" >&2; exit 1 ;;
+    esac
+    # Stopped first, so that it forks nobody between the listing below and the kill.
+    kill -STOP "$postmaster"
+    # Its children from /proc (not `ps`, which a minimal machine may not have): the parent is
+    # the second field after the name, which ends at the last ") " (a name may hold spaces
+    # and parentheses). A process gone before it is read is skipped.
+    processes=$postmaster
+    for stat in /proc/[0-9]*/stat; do
+      line=$(cat "$stat" 2>/dev/null) || continue
+      set -- ${line##*) }
+      if [ "${2:-}" = "$postmaster" ]; then processes="$processes ${stat//[!0-9]/}"; fi
+    done
     # shellcheck disable=SC2086
     kill -KILL $processes 2>/dev/null || true
-    # Gone, not dying: a restart meets no shared memory still held by one of them.
+    # Gone, not dying: a restart meets no shared memory still held by one of them. (A zombie
+    # has let go of its memory; it is gone for this purpose.)
+    gone=0
     for _ in $(seq 1 200); do
       alive=0
       for pid in $processes; do
         if [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; then alive=1; fi
       done
-      [ "$alive" = 0 ] && break
+      if [ "$alive" = 0 ]; then gone=1; break; fi
       sleep 0.05
     done
+    if [ "$gone" = 0 ]; then echo "postgres.sh kill: processes of the server still alive after 10 s: $processes" >&2; exit 1; fi
     ;;
   restart)
     # shellcheck disable=SC1090
