@@ -195,8 +195,8 @@ export declare class Store implements AsyncDisposable {
   static open(path: string, options?: OpenOptions): Promise<Store>
   /** A read-only handle (a follower) on a store another process may be writing: it never takes
    * the lock or writes a byte, sees whole committed batches only and follows new commits within
-   * milliseconds; `append` on it rejects with ReadOnlyError. A missing directory rejects with
-   * an IO error. */
+   * milliseconds; `append` on it rejects with ReadOnlyError. A missing directory, or a
+   * PostgreSQL URL whose context does not exist, rejects with an IO error. */
   static openReadOnly(path: string): Promise<Store>
   /** The last committed position (0 for an empty store). */
   head(): number

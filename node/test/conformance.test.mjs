@@ -360,8 +360,10 @@ test('a context of a newer schema is CORRUPTION', async (t) => {
   const url = contextUrl(base, context)
   await (await Store.open(url)).close()
   // As if a newer Lapilli had made it (psql takes the URL without Lapilli's `context`).
-  const updated = execFileSync('psql', [base, '-c', `UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '${context}'`], { encoding: 'utf8' })
-  assert.equal(updated.trim(), 'UPDATE 1')
+  // -X: no ~/.psqlrc; -q -At: the returned name alone on stdout (no command tag).
+  const updated = execFileSync('psql', ['-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1', base, '-c',
+    `UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '${context}' RETURNING name`], { encoding: 'utf8' })
+  assert.equal(updated.trim(), context)
   for (const open of [(l) => Store.open(l), (l) => Store.openReadOnly(l)]) {
     await assert.rejects(open(url), (err) => {
       assert.ok(err instanceof lapilli.CorruptionError, `${err}`)

@@ -338,10 +338,12 @@ def test_a_context_of_a_newer_schema_is_corruption():
     Store.open(url).close()
     # As if a newer Lapilli had made it (psql takes the URL without Lapilli's `context`).
     updated = subprocess.run(
-        ["psql", base, "-c", f"UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '{context}'"],
+        # -X: no ~/.psqlrc; -q -At: the returned name alone on stdout (no command tag).
+        ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", base, "-c",
+         f"UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '{context}' RETURNING name"],
         check=True, capture_output=True, text=True,
     )
-    assert updated.stdout.strip() == "UPDATE 1", updated.stdout + updated.stderr
+    assert updated.stdout.strip() == context, updated.stdout + updated.stderr
     for open_ in (Store.open, Store.open_read_only):
         with pytest.raises(lapilli.CorruptionError) as raised:
             open_(url)

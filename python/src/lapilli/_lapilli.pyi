@@ -368,7 +368,8 @@ class Store:
     def open_read_only(path: _StrPath) -> Store:
         """A read-only handle (a follower) on a store another process may be writing: it never
         takes the lock or writes a byte, sees whole committed batches only and follows new
-        commits within milliseconds. Appends on it raise ReadOnlyError."""
+        commits within milliseconds. Appends on it raise ReadOnlyError. A missing directory, or
+        a PostgreSQL URL whose context does not exist, raises LapilliIOError."""
     @property
     def path(self) -> pathlib.Path:
         """The store's directory."""

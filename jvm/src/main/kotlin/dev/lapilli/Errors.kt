@@ -26,7 +26,7 @@ sealed class LapilliException(val code: String, message: String) : RuntimeExcept
     /** The store (or the handle used) was closed. */
     class Closed(message: String) : LapilliException("CLOSED", message)
 
-    /** A write on a read-only handle; also what `Store.openReadOnly` raises in this version. */
+    /** A write on a read-only handle. */
     class ReadOnly(message: String) : LapilliException("READ_ONLY", message)
 
     class Corruption(message: String) : LapilliException("CORRUPTION", message)

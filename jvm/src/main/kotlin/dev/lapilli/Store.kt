@@ -59,7 +59,8 @@ class Store private constructor(private val ffi: FfiStore) : AutoCloseable {
          * A read-only handle (a follower) on a store another process may be writing: it never
          * takes the lock or writes a byte, sees whole committed batches only and follows new
          * commits within milliseconds; its appends raise [LapilliException.ReadOnly]. A missing
-         * directory raises [LapilliException.Io].
+         * directory, or a PostgreSQL URL whose context does not exist, raises
+         * [LapilliException.Io].
          */
         @JvmStatic
         fun openReadOnly(path: String): Store {

@@ -110,11 +110,15 @@ class ConformanceTest {
         val url = contextUrl(base, context)
         Store.open(url).close()
         // As if a newer Lapilli had made it (psql takes the URL without Lapilli's `context`).
-        val psql = ProcessBuilder("psql", base, "-c", "UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '$context'")
-            .redirectErrorStream(true).start()
+        // -X: no ~/.psqlrc; -q -At: the returned name alone on stdout (no command tag; stderr apart).
+        val psql = ProcessBuilder(
+            "psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", base, "-c",
+            "UPDATE lapilli_contexts SET schema_version = 99 WHERE name = '$context' RETURNING name",
+        ).redirectError(ProcessBuilder.Redirect.PIPE).start()
         val output = psql.inputStream.bufferedReader().readText()
-        assertEquals(0, psql.waitFor(), output)
-        assertEquals("UPDATE 1", output.trim())
+        val errors = psql.errorStream.bufferedReader().readText()
+        assertEquals(0, psql.waitFor(), output + errors)
+        assertEquals(context, output.trim(), errors)
         val opens = listOf<(String) -> Store>({ Store.open(it) }, { Store.openReadOnly(it) })
         for (open in opens) {
             val e = assertThrows<LapilliException.Corruption> { open(url).close() }
