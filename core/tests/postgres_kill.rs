@@ -1,7 +1,8 @@
 //! The server dies under load: writers keep appending 3-event batches while the PostgreSQL
 //! server is killed (SIGKILL to every one of its processes at once, no shutdown) and started
 //! again, three times: twice back after half a second, once after longer than the writer asks
-//! about a commit whose reply was lost (so such a commit's outcome is reported unknown).
+//! about a commit whose reply was lost (so a commit caught in flight, if the kill catches one,
+//! is reported of unknown outcome; the run prints how many were).
 //! Afterwards no acknowledged batch is missing or moved, no batch is there in part, none is
 //! there twice (the retries carry an existence clause, as the error of an unknown outcome tells
 //! them to), positions are gapless, and the handle writes again once the server is back.
