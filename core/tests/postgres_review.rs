@@ -639,9 +639,9 @@ fn a_writer_cut_off_mid_transaction_does_not_stop_the_context() {
 }
 
 /// The TCP sockets of this machine's network namespace (`/proc/net/tcp` and `tcp6`): local
-/// port, remote port, and the "tr:tm->when" field (the pending timer, and its expiry in clock
-/// ticks from now).
-fn tcp_sockets() -> Vec<(u16, u16, String)> {
+/// port, remote port, the "tr:tm->when" field (the pending timer, and its expiry in clock
+/// ticks from now), and the socket's inode.
+fn tcp_sockets() -> Vec<(u16, u16, String, String)> {
     let port_of = |address: &str| address.rsplit_once(':').and_then(|(_, port)| u16::from_str_radix(port, 16).ok());
     ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
@@ -652,7 +652,9 @@ fn tcp_sockets() -> Vec<(u16, u16, String)> {
                 .skip(1)
                 .filter_map(|line| {
                     let fields: Vec<&str> = line.split_whitespace().collect();
-                    (fields.len() >= 6).then(|| Some((port_of(fields[1])?, port_of(fields[2])?, fields[5].to_string()))).flatten()
+                    (fields.len() >= 10)
+                        .then(|| Some((port_of(fields[1])?, port_of(fields[2])?, fields[5].to_string(), fields[9].to_string())))
+                        .flatten()
                 })
                 .collect::<Vec<_>>()
         })
@@ -663,7 +665,7 @@ fn tcp_sockets() -> Vec<(u16, u16, String)> {
 /// fires: None if there is no such socket or no keepalive timer is pending on it.
 fn keepalive_timer_secs(local_port: u16, remote_port: u16) -> Option<f64> {
     let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    tcp_sockets().into_iter().find_map(|(local, remote, timer)| {
+    tcp_sockets().into_iter().find_map(|(local, remote, timer, _)| {
         if (local, remote) != (local_port, remote_port) {
             return None;
         }
@@ -686,7 +688,7 @@ fn a_writer_cut_off_mid_copy_has_the_server_probe_its_connection_within_seconds(
     let Some(base) = database_url() else { return };
     let server = server_address(&base);
     // The server's sockets must be this machine's (not a container's behind a forwarded port).
-    if !tcp_sockets().iter().any(|&(local, remote, _)| local == server.port() && remote == 0) {
+    if !tcp_sockets().iter().any(|(local, remote, _, _)| *local == server.port() && *remote == 0) {
         eprintln!("skipped: the server's listening socket ({server}) is not in this machine's /proc/net/tcp");
         return;
     }
@@ -724,15 +726,20 @@ fn a_writer_cut_off_mid_copy_has_the_server_probe_its_connection_within_seconds(
     let mut state = None;
     while std::time::Instant::now() < deadline {
         state = admin
-            .query_opt("SELECT state, query FROM pg_stat_activity WHERE client_port = $1", &[&i32::from(upstream)])
+            .query_opt("SELECT state, query, pid FROM pg_stat_activity WHERE client_port = $1", &[&i32::from(upstream)])
             .unwrap()
-            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)));
-        if state.as_ref().is_some_and(|(state, _)| state == "active") {
+            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1), row.get::<_, i32>(2)));
+        if state.as_ref().is_some_and(|(state, _, _)| state == "active") {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (state, query) = state.expect("the frozen connection's backend is not in pg_stat_activity");
+    // No backend with the relay's port for its client: the server sees another address (a
+    // forwarded port, a proxy), and its sockets are not the ones this machine lists.
+    let Some((state, query, backend)) = state else {
+        eprintln!("skipped: no server process has the relay's port {upstream} for its client");
+        return;
+    };
     assert_eq!(state, "active", "the frozen writer's backend is not inside a statement: {query}");
     assert!(query.starts_with("COPY"), "the frozen writer's backend runs {query}");
     // The server's reply to the COPY is on its way to the relay; once the relay's kernel has
@@ -747,6 +754,65 @@ fn a_writer_cut_off_mid_copy_has_the_server_probe_its_connection_within_seconds(
     }
     let timer = timer.expect("no keepalive timer on the server's socket of the frozen connection");
     assert!(timer <= 10.5, "the server probes the cut-off writer's connection only after {timer:.0} s of silence");
+    // The settings themselves, read from the server process's socket (where this process may
+    // take a copy of another's descriptor: Linux 5.6 and later, with ptrace rights over it).
+    match server_socket_options(backend, server.port(), upstream) {
+        Some(options) => assert_eq!(
+            options,
+            SocketOptions { keepalive_idle: 10, keepalive_interval: 5, keepalive_count: 3, user_timeout_ms: 30_000 },
+            "the cut-off writer's connection on the server"
+        ),
+        None => eprintln!("the server's socket options not read: pidfd_getfd is not allowed here"),
+    }
+}
+
+#[derive(Debug, PartialEq)]
+struct SocketOptions {
+    keepalive_idle: i32,
+    keepalive_interval: i32,
+    keepalive_count: i32,
+    user_timeout_ms: i32,
+}
+
+/// The TCP options of server process `pid`'s socket from `local_port` to `remote_port`, read
+/// through a copy of its descriptor (`pidfd_getfd`); None where that is not allowed.
+fn server_socket_options(pid: i32, local_port: u16, remote_port: u16) -> Option<SocketOptions> {
+    let inode = tcp_sockets().into_iter().find(|(l, r, _, _)| (*l, *r) == (local_port, remote_port))?.3;
+    let target = format!("socket:[{inode}]");
+    let fd: i32 = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .find(|entry| std::fs::read_link(entry.path()).is_ok_and(|link| link.to_string_lossy() == target))?
+        .file_name()
+        .to_string_lossy()
+        .parse()
+        .ok()?;
+    // SAFETY: plain syscalls on descriptors this function owns and closes.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if pidfd < 0 {
+            return None;
+        }
+        let socket = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        libc::close(pidfd);
+        if socket < 0 {
+            return None;
+        }
+        let option = |name: libc::c_int| {
+            let mut value: libc::c_int = -1;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            libc::getsockopt(socket, libc::IPPROTO_TCP, name, (&mut value as *mut libc::c_int).cast(), &mut len);
+            value
+        };
+        let options = SocketOptions {
+            keepalive_idle: option(libc::TCP_KEEPIDLE),
+            keepalive_interval: option(libc::TCP_KEEPINTVL),
+            keepalive_count: option(libc::TCP_KEEPCNT),
+            user_timeout_ms: option(libc::TCP_USER_TIMEOUT),
+        };
+        libc::close(socket);
+        Some(options)
+    }
 }
 
 // ---- Connections dropped by the server ---------------------------------------------------------

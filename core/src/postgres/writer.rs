@@ -271,15 +271,20 @@ impl PgWriter {
         //   answered so;
         // - inside a statement that waits for this process (the `COPY` of a group, which the
         //   idle limit does not cover: the server is busy reading it), the server's socket
-        //   probes a silent peer after 10 s, every 5 s, and gives up after 3 unanswered probes:
-        //   the statement fails about 25 s after the last byte, and the transaction with it.
-        //   A live peer answers probes from its kernel, so a slow writer is never cut;
+        //   probes a silent peer after 10 s, every 5 s, and gives up after 3 unanswered probes
+        //   (about 25 s; on PostgreSQL 12 and later the user timeout below decides instead:
+        //   about 30 s after the last byte received): the statement fails, and the transaction
+        //   with it. A live peer answers probes from its kernel, so a slow writer is not cut;
         // - a server blocked sending to a peer that is gone (a partition in the middle of a
         //   reply) gives up after 30 s without an acknowledgement (`tcp_user_timeout`, which
         //   otherwise TCP retransmission ends in about 15 minutes; PostgreSQL 12 and later, the
         //   `CASE` keeps older servers from refusing a name they do not know). Operators'
-        //   values of it are overridden for the transaction: it also decides when the probes
-        //   above give up.
+        //   values of it are overridden for the transaction. Its cost: a writer process that is
+        //   alive but frozen for 30 s (a paused VM, a stopped process) while a reply larger than
+        //   the socket's buffers waits for it has its transaction ended (Linux counts a peer
+        //   that keeps a zero window that long as gone), answered as not committed; and a
+        //   server on a system without `TCP_USER_TIMEOUT` logs that it is not supported at every
+        //   group.
         // Behind a pooler these protect the pooler's connection to the server, not the
         // writer's to the pooler: the pooler's own keepalive settings (PgBouncer's
         // `tcp_keepidle`, `tcp_keepintvl`, `tcp_keepcnt`, `tcp_user_timeout`) decide when it
