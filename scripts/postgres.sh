@@ -200,14 +200,22 @@ case "${1:-}" in
     case "$postmaster" in
       '' | *[!0-9]*) echo "postgres.sh kill: no server pid in $data/postmaster.pid" >&2; exit 1 ;;
     esac
-    # Stopped first, so that it forks nobody between the listing below and the kill.
+    # This cluster's postmaster, not a process that took a stale pid: it runs in the data
+    # directory.
+    if [ "$(readlink "/proc/$postmaster/cwd" 2>/dev/null)" != "$(cd "$data" && pwd -P)" ]; then
+      echo "postgres.sh kill: pid $postmaster of $data/postmaster.pid is not this cluster's server" >&2
+      exit 1
+    fi
+    # Stopped first, so that it forks nobody between the listing below and the kill; let go
+    # again if this script is interrupted before the kill.
+    trap 'kill -CONT "$postmaster" 2>/dev/null || true' EXIT
     kill -STOP "$postmaster"
     # Its children from /proc (not `ps`, which a minimal machine may not have): the parent is
     # the second field after the name, which ends at the last ") " (a name may hold spaces
     # and parentheses). A process gone before it is read is skipped.
     processes=$postmaster
     for stat in /proc/[0-9]*/stat; do
-      line=$(cat "$stat" 2>/dev/null) || continue
+      { read -r line < "$stat"; } 2>/dev/null || continue
       set -- ${line##*) }
       if [ "${2:-}" = "$postmaster" ]; then processes="$processes ${stat//[!0-9]/}"; fi
     done
@@ -235,6 +243,8 @@ case "${1:-}" in
     for _ in $(seq 1 100); do
       pid=$(head -1 "$data/postmaster.pid" 2>/dev/null || true)
       if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then break; fi
+      # A zombie counts too, until its parent reaps it: the server's own checks of its lock
+      # files (the pid file's and the socket's) take it for alive.
       sleep 0.1
     done
     pg_ctl_run start
