@@ -7,14 +7,15 @@
 
 mod common;
 
-use common::postgres::{as_user, change_privileges, context_suffix, context_url, database_url, fresh_context, merge_batch, pending_pages};
+use common::postgres::{as_user, change_privileges, context_url, database_url, fresh_context, merge_batch, pending_pages};
 use lapilli_core::{Options, Query, ReadOptions, Store};
 
 /// A new context made by the superuser, and a role that owns nothing and may do only what a
 /// writer does: (the context, the role, the role's URL of the context).
 fn context_and_writer_role(admin: &mut postgres::Client, base: &str, prefix: &str) -> (String, String, String) {
     let context = fresh_context(prefix);
-    let role = format!("lapilli_w_{}", context_suffix(&context));
+    // Named after the whole context (its test's prefix too): roles are the cluster's.
+    let role = format!("lapilli_w_{context}");
     Store::open(context_url(base, &context), Options::default()).unwrap().close().unwrap();
     change_privileges(
         admin,

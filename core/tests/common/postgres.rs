@@ -21,10 +21,16 @@ pub fn database_url() -> Option<String> {
     url_from("LAPILLI_TEST_POSTGRES_URL")
 }
 
-/// A context name no earlier run used.
+/// A context name no earlier run used, and whose last part (`context_suffix`) no other call
+/// in this process returns: the clock's reading alone gave two tests starting together the
+/// same one (CI: two roles named after it, "role ... already exists"), so a reading no later
+/// than the last one given out is moved past it.
 pub fn fresh_context(prefix: &str) -> String {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}_{}_{}", std::process::id(), stamp % 1_000_000_000_000)
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let stamp = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000_000) as u64;
+    let previous = LAST.fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| Some(stamp.max(last + 1))).unwrap();
+    format!("{prefix}_{}_{}", std::process::id(), stamp.max(previous + 1))
 }
 
 /// `base` with `context=` added to its parameters.
