@@ -253,9 +253,7 @@ test('a PostgreSQL server is given when required', () => {
 
 function freshContextUrl(file) {
   const stem = file.replace(/\.json$/, '').replace(/[^a-z_]/g, '').slice(0, 16)
-  const stamp = (BigInt(Date.now()) * 1000n + BigInt(contexts++)) % 1000000000000n
-  const separator = postgresUrl.includes('?') ? '&' : '?'
-  return `${postgresUrl}${separator}context=js${process.pid}_${stamp}_${stem}`
+  return contextUrl(postgresUrl, freshContext(stem))
 }
 
 for (const backend of backends) for (const file of files) {

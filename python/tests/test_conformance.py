@@ -265,9 +265,7 @@ def test_postgres_is_there_when_required():
 def fresh_context_url(path):
     """The test database's URL with a context no earlier run used."""
     stem = "".join(c for c in path.stem if c.islower() or c == "_")[:16]
-    context = f"py{os.getpid()}_{time.time_ns() // 1000 % 10**12}_{stem}"
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    return f"{POSTGRES_URL}{separator}context={context}"
+    return context_url(POSTGRES_URL, fresh_context(stem))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

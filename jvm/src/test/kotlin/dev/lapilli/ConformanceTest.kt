@@ -40,19 +40,15 @@ class ConformanceTest {
         }
         val embedded = files.map { file -> DynamicTest.dynamicTest(file.nameWithoutExtension) { Scenario(file, null).run() } }
         val postgres = postgresUrl?.let { url ->
-            files.filter { !ObjectMapper().readTree(it).path("embedded_only").asBoolean(false) }.mapIndexed { i, file ->
-                DynamicTest.dynamicTest("${file.nameWithoutExtension} (postgres)") { Scenario(file, freshContext(url, file, i)).run() }
+            files.filter { !ObjectMapper().readTree(it).path("embedded_only").asBoolean(false) }.map { file ->
+                DynamicTest.dynamicTest("${file.nameWithoutExtension} (postgres)") { Scenario(file, freshContextUrl(url, file)).run() }
             }
         }.orEmpty()
         return embedded + postgres
     }
 
-    private fun freshContext(url: String, file: File, n: Int): String {
-        val stem = file.nameWithoutExtension.filter { it in 'a'..'z' || it == '_' }.take(16)
-        val stamp = (System.currentTimeMillis() * 1000 + n) % 1_000_000_000_000L
-        val separator = if ('?' in url) '&' else '?'
-        return "$url${separator}context=kt${ProcessHandle.current().pid()}_${stamp}_$stem"
-    }
+    private fun freshContextUrl(url: String, file: File): String =
+        contextUrl(url, freshContext(file.nameWithoutExtension.filter { it in 'a'..'z' || it == '_' }.take(16)))
 
     // The errors of locations (API.md, "Where a store lives" and "Errors").
 
