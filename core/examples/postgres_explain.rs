@@ -33,8 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("no root= in LAPILLI_PG_STATE's file")?;
     let log_path = format!("{root}/server.log");
     let context = format!("explain_{}", std::process::id());
-    let separator = if base.contains('?') { '&' } else { '?' };
-    let store = Store::open(format!("{base}{separator}context={context}"), Options::default())?;
+    let store = Store::open(with_context(&base, &context), Options::default())?;
     let started = Instant::now();
     let mut i = 0;
     while i < events {
@@ -90,14 +89,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// `url` with `context=` added to its parameters.
+fn with_context(url: &str, context: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}context={context}")
+}
+
 /// Makes each call through a `Store` opened as `role`, with a marker statement logged before
 /// it, and returns (what the call is, its marker).
 fn explain_calls(base: &str, role: &str, context: &str) -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> {
     let (scheme, rest) = base.split_once("://").ok_or("LAPILLI_TEST_POSTGRES_URL is not a URL")?;
     let host = rest.split_once('@').map_or(rest, |(_, host)| host);
     let as_role = format!("{scheme}://{role}@{host}");
-    let separator = if as_role.contains('?') { '&' } else { '?' };
-    let store = Store::open(format!("{as_role}{separator}context={context}"), Options::default())?;
+    let store = Store::open(with_context(&as_role, context), Options::default())?;
     let mut marks = postgres::Client::connect(&as_role, postgres::NoTls)?;
     let head = store.head()?.get();
     let mut calls = Vec::new();
