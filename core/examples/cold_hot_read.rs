@@ -1,17 +1,51 @@
 //! Reads the events of a hot entity (15% of a store's events) with the store's pages evicted
 //! after the open: how a cold read of a dense tag goes. `cargo run --release --example
-//! cold_hot_read -- DIR [EVENTS]` builds the store in DIR if it is empty. Root evicts with
-//! `drop_caches`; otherwise `posix_fadvise(DONTNEED)` on every file.
+//! cold_hot_read -- DIR [EVENTS]` builds the store in DIR if it is empty. Each read is preceded
+//! by dropping the open store's mappings and the files' pages (as the benchmark's scale cells
+//! do) and prints its time, major faults and CPU time. Under other device limits:
+//! `scripts/with-device-limits.sh DIR 128 128 -- target/release/examples/cold_hot_read DIR`.
 use std::time::Instant;
 
 use lapilli_core::{Durability, Event, Options, Query, ReadOptions, Store};
 
+/// Drops this process's mappings of the store's files from its page tables (`MADV_DONTNEED`
+/// on each; the next access refaults the file), then the files' pages from the page cache, so
+/// that what the open mapped (the active segment) is cold too, as in the benchmark's scale cells.
 fn evict(dir: &std::path::Path) {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    for line in std::fs::read_to_string("/proc/self/maps").unwrap().lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 6 || !std::path::Path::new(fields[5]).starts_with(&dir) {
+            continue;
+        }
+        let (start, end) = fields[0].split_once('-').unwrap();
+        let (start, end) = (usize::from_str_radix(start, 16).unwrap(), usize::from_str_radix(end, 16).unwrap());
+        // SAFETY: a read-only or shared file mapping of this process: only page-table entries go.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
     for entry in std::fs::read_dir(dir).unwrap() {
         let file = std::fs::File::open(entry.unwrap().path()).unwrap();
         use std::os::unix::io::AsRawFd;
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
+}
+
+fn usage() -> libc::rusage {
+    // SAFETY: `rusage` is plain data; all zeros is a valid value, and the call fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage
+}
+
+fn major_faults() -> i64 {
+    usage().ru_majflt
+}
+
+/// User and system CPU time of the process so far, in ms.
+fn cpu_ms() -> (f64, f64) {
+    let u = usage();
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    (ms(u.ru_utime), ms(u.ru_stime))
 }
 
 fn main() {
@@ -39,10 +73,19 @@ fn main() {
     println!("open {:?} {:?}", started.elapsed(), store.recovery().scanned_log_bytes);
     let cold = |name: &str, query: Query, options: ReadOptions| {
         evict(&dir);
+        let faults = major_faults();
+        let (user, system) = cpu_ms();
         let started = Instant::now();
         let mut read = store.read(&query, options).unwrap();
         let n = read.visit(usize::MAX, |_| ()).unwrap();
-        println!("cold {name}: {n} events in {:?}", started.elapsed());
+        let elapsed = started.elapsed();
+        let (user_after, system_after) = cpu_ms();
+        println!(
+            "cold {name}: {n} events in {elapsed:?}, {} major faults, cpu {:.1} ms user {:.1} ms system",
+            major_faults() - faults,
+            user_after - user,
+            system_after - system
+        );
     };
     cold("newest of the hot entity", Query::for_tags(["entity:hot"]), ReadOptions { backwards: true, limit: Some(1), ..Default::default() });
     cold("rare entity", Query::for_tags(["entity:12345"]), ReadOptions::default());
