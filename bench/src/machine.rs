@@ -127,6 +127,28 @@ pub fn status_bytes(field: &str) -> u64 {
         * 1024
 }
 
+/// Major page faults of this process so far (faults that read from the device): a cold read's
+/// count says how many synchronous reads it waited for.
+pub fn major_faults() -> u64 {
+    // SAFETY: `rusage` is plain data, filled by the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_majflt as u64
+}
+
+/// Bytes this process has had read from storage so far (`read_bytes` of `/proc/self/io`: what
+/// reached the device, readahead included, not what the page cache served).
+pub fn storage_read_bytes() -> u64 {
+    fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("read_bytes: "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 pub fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(entries) = fs::read_dir(dir) {

@@ -307,9 +307,13 @@ fn cold(dir: &Path, op: impl FnOnce() -> Res<ReadOut>) -> Value {
     let run = || -> Res<Value> {
         let unmapped = machine::evict_open_dir(dir).map_err(|e| format!("evict: {e}"))?;
         let resident = machine::resident_bytes(dir);
+        let faults = machine::major_faults();
+        let read_from_storage = machine::storage_read_bytes();
         let t = Instant::now();
         let out = op()?;
         let s = t.elapsed().as_secs_f64();
+        let major_faults = machine::major_faults() - faults;
+        let storage_read_bytes = machine::storage_read_bytes() - read_from_storage;
         if out.events == 0 {
             return Err("read nothing".into());
         }
@@ -319,6 +323,8 @@ fn cold(dir: &Path, op: impl FnOnce() -> Res<ReadOut>) -> Value {
             "events_per_s": out.events as f64 / s,
             "resident_bytes_after_evict": resident,
             "mapped_bytes_dropped": unmapped,
+            "major_faults": major_faults,
+            "storage_read_bytes": storage_read_bytes,
         }))
     };
     run().unwrap_or_else(|e| json!({"error": e}))
