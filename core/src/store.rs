@@ -275,7 +275,7 @@ impl Store {
         self.published.snapshot().tag_lookups()
     }
 
-    /// Prefetch requests (each up to two `mincore` calls and an `madvise`) the calling thread
+    /// Prefetch requests (each up to two `mincore` calls and its `madvise` calls) the calling thread
     /// has made, for tests that a warm read asks a bounded number of times, not once per event.
     #[doc(hidden)]
     pub fn prefetch_requests_on_this_thread() -> u64 {

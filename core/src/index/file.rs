@@ -1458,8 +1458,8 @@ impl VerifiedIndex {
         let (from, to) = if backwards { (rel.saturating_sub(entries), rel) } else { (rel, rel.saturating_add(entries).min(last)) };
         let n = (to - from + 1) as usize;
         let width = if self.wide_types { 4 } else { 2 };
-        self.blocks.bytes.prefetch(self.offsets_at + 8 * from as usize, 8 * n);
-        self.blocks.bytes.prefetch(self.types_at + width * from as usize, width * n);
+        self.blocks.bytes.prefetch_toward(self.offsets_at + 8 * from as usize, 8 * n, backwards);
+        self.blocks.bytes.prefetch_toward(self.types_at + width * from as usize, width * n, backwards);
         match backwards {
             true => (from > 0).then_some(from),
             false => (to < last).then_some(to),

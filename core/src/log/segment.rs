@@ -102,7 +102,7 @@ impl FileBytes {
     /// first and last pages are already in the page cache (a warm scan: asking the kernel to
     /// read ahead would only walk pages it already has). A copy is in memory already.
     ///
-    /// Asked for in pieces of `WILLNEED_PIECE_BYTES`: Linux reads at most the larger of the
+    /// Asked for in the pieces of `willneed_pieces`: Linux reads at most the larger of the
     /// device's largest request (`max_sectors_kb`) and its readahead window (`read_ahead_kb`)
     /// for one `MADV_WILLNEED`, and drops the rest of the range without a word
     /// (`force_page_cache_ra`). With both at 128 KiB, common defaults, a 4 MiB ask read its
@@ -111,40 +111,58 @@ impl FileBytes {
     /// to 4.6 s and 62,239 major faults there; asked in pieces, 0.28 to 0.35 s and 81, as on
     /// the benchmark machine's own limits (`core/examples/cold_hot_read.rs`).
     pub fn prefetch(&self, offset: usize, len: usize) {
+        self.prefetch_toward(offset, len, false);
+    }
+
+    /// `prefetch`, for a walk that goes `backwards` through the range: its pieces are asked
+    /// for in the walk's order, the one it reads next first.
+    pub fn prefetch_toward(&self, offset: usize, len: usize, backwards: bool) {
         PREFETCH_REQUESTS.with(|n| n.set(n.get() + 1));
         let FileBytes::Mapped(map) = self else { return };
         let len = len.min(map.len().saturating_sub(offset));
         if len == 0 || (is_resident(map, offset) && is_resident(map, offset + len - 1)) {
             return;
         }
-        for piece_start in (offset..offset + len).step_by(WILLNEED_PIECE_BYTES) {
-            let piece = WILLNEED_PIECE_BYTES.min(offset + len - piece_start);
-            WILLNEED_PIECES.with(|n| n.set(n.get() + 1));
-            let _ = map.advise_range(memmap2::Advice::WillNeed, piece_start, piece);
+        let mut ask = |(start, piece_len): (usize, usize)| {
+            #[cfg(test)]
+            WILLNEED_PIECES.with(|n| n.borrow_mut().push((start, piece_len)));
+            let _ = map.advise_range(memmap2::Advice::WillNeed, start, piece_len);
+        };
+        match backwards {
+            false => willneed_pieces(offset, len).for_each(&mut ask),
+            true => willneed_pieces(offset, len).rev().for_each(&mut ask),
         }
     }
 }
 
 /// The most one `MADV_WILLNEED` asks for (see `FileBytes::prefetch`): the kernel's default
-/// readahead window, which a device's limits rarely go below. A device set lower still (a
-/// `read_ahead_kb` and a `max_sectors_kb` both under 128) reads less of each piece; the walk
-/// then faults for the rest, as before.
+/// readahead window, 32 pages, which most devices' limits allow whole. Where both of a
+/// device's limits are lower (USB 2 storage at 120 KiB, a Xen disk without indirect segments
+/// at 44 KiB, each with a readahead window cut below 128 KiB), each piece is read only in part
+/// and a dense walk faults for the rest of it.
 pub const WILLNEED_PIECE_BYTES: usize = 128 << 10;
 
-thread_local! {
-    /// `MADV_WILLNEED` calls this thread made, for a test that a long prefetch is asked for in
-    /// pieces the kernel reads whole.
-    static WILLNEED_PIECES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+/// `offset..offset + len` cut at the multiples of `WILLNEED_PIECE_BYTES`, as (start, length)
+/// pairs in order: each piece lies inside one aligned 128 KiB stretch of the file, so that,
+/// rounded down to its first page (as `madvise` is), it still spans at most 32 pages.
+fn willneed_pieces(offset: usize, len: usize) -> impl DoubleEndedIterator<Item = (usize, usize)> {
+    let end = offset + len;
+    let first_boundary = offset / WILLNEED_PIECE_BYTES + 1;
+    let last_boundary = end.div_ceil(WILLNEED_PIECE_BYTES);
+    (first_boundary..=last_boundary).map(move |boundary| {
+        let start = offset.max((boundary - 1) * WILLNEED_PIECE_BYTES);
+        (start, (boundary * WILLNEED_PIECE_BYTES).min(end) - start)
+    })
 }
 
-/// See `WILLNEED_PIECES`.
 #[cfg(test)]
-fn willneed_pieces_on_this_thread() -> u64 {
-    WILLNEED_PIECES.with(|n| n.get())
+thread_local! {
+    /// The `MADV_WILLNEED` pieces this thread asked for, for a test of `FileBytes::prefetch`.
+    static WILLNEED_PIECES: std::cell::RefCell<Vec<(usize, usize)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 thread_local! {
-    /// Prefetch requests this thread made (each up to two `mincore` calls and an `madvise`),
+    /// Prefetch requests this thread made (each up to two `mincore` calls and its `madvise` calls),
     /// for tests that a warm walk asks a bounded number of times, not once per event.
     static PREFETCH_REQUESTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
@@ -427,8 +445,31 @@ pub(crate) const PAGE_BYTES: u64 = 4096;
 mod tests {
     use super::*;
 
-    /// A prefetch longer than the kernel reads for one `MADV_WILLNEED` on common device limits
-    /// is asked for in pieces it reads whole, the last one short (`FileBytes::prefetch`).
+    /// A range cut into the pieces of `willneed_pieces`: in order, without gap or overlap, each
+    /// inside one aligned 128 KiB stretch (at most 32 pages once rounded down to a page).
+    #[test]
+    fn willneed_pieces_cover_the_range_in_order_each_inside_one_aligned_128_kib_stretch() {
+        let piece = 128 << 10;
+        for (offset, len) in [(0, 1), (0, piece), (0, 4 << 20), (4196, 4 << 20), (piece - 1, 2), (piece, piece + 1), (77, 5000), (3 * piece + 9, 7 * piece)] {
+            let pieces: Vec<(usize, usize)> = willneed_pieces(offset, len).collect();
+            let mut at = offset;
+            for &(start, piece_len) in &pieces {
+                assert_eq!(start, at, "{offset}+{len}: {pieces:?}");
+                assert!(piece_len > 0 && piece_len <= piece);
+                assert_eq!(start / piece, (start + piece_len - 1) / piece, "{offset}+{len}: {start}+{piece_len} crosses a boundary");
+                let pages = (start + piece_len).div_ceil(4096) - start / 4096;
+                assert!(pages <= 32, "{offset}+{len}: {start}+{piece_len} spans {pages} pages");
+                at = start + piece_len;
+            }
+            assert_eq!(at, offset + len, "{offset}+{len}: {pieces:?}");
+            let backwards: Vec<(usize, usize)> = willneed_pieces(offset, len).rev().collect();
+            assert_eq!(backwards, pieces.iter().rev().copied().collect::<Vec<_>>());
+        }
+    }
+
+    /// A cold prefetch longer than the kernel reads for one `MADV_WILLNEED` on common device
+    /// limits is asked for in those pieces, in the walk's direction; a warm one asks nothing.
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_long_prefetch_of_a_cold_file_is_asked_for_in_pieces_the_kernel_reads_whole() {
         let dir = tempfile::tempdir().unwrap();
@@ -439,25 +480,31 @@ mod tests {
         file.sync_all().unwrap();
         let bytes = FileBytes::load_sealed(&path).unwrap();
         assert!(matches!(bytes, FileBytes::Mapped(_)));
-        // SAFETY: plain syscall on a descriptor we own; the file's pages are clean (synced).
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if bytes.is_resident(0) || bytes.is_resident(len - 1) {
-            eprintln!("the file system kept the file's pages after eviction (tmpfs?): nothing to test here");
-            return;
+        let asked = |offset: usize, len: usize, backwards: bool| {
+            drop_cached_pages(&file, 0, 0);
+            if bytes.is_resident(offset) || bytes.is_resident(offset + len - 1) {
+                eprintln!("the file system kept the file's pages after eviction (tmpfs?): nothing to test here");
+                return None;
+            }
+            WILLNEED_PIECES.with(|p| p.borrow_mut().clear());
+            bytes.prefetch_toward(offset, len, backwards);
+            Some(WILLNEED_PIECES.with(|p| p.borrow().clone()))
+        };
+        let Some(forwards) = asked(4196, 4 << 20, false) else { return };
+        assert_eq!(forwards, willneed_pieces(4196, 4 << 20).collect::<Vec<_>>());
+        // 128 KiB at most each (Linux's default readahead window, which most devices' limits
+        // let through whole), and as many as that takes.
+        assert_eq!(forwards.len(), 33);
+        let Some(backwards) = asked(0, len, true) else { return };
+        assert_eq!(backwards.len(), len.div_ceil(128 << 10));
+        assert_eq!(backwards.first().map(|&(start, piece)| start + piece), Some(len), "the walk's next piece first");
+        // Warm (both ends in memory): nothing is asked.
+        let _ = fs::read(&path).unwrap();
+        if bytes.is_resident(0) && bytes.is_resident(len - 1) {
+            WILLNEED_PIECES.with(|p| p.borrow_mut().clear());
+            bytes.prefetch(0, len);
+            assert_eq!(WILLNEED_PIECES.with(|p| p.borrow().len()), 0);
         }
-        let before = willneed_pieces_on_this_thread();
-        bytes.prefetch(0, len);
-        // Pieces of at most 128 KiB (Linux's default readahead window, VM_READAHEAD_PAGES), which
-        // every device's limits let through whole.
-        assert_eq!(willneed_pieces_on_this_thread() - before, len.div_ceil(128 << 10) as u64);
-        // Warm now (or soon): asked again, it asks for nothing once both ends are in.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !(bytes.is_resident(0) && bytes.is_resident(len - 1)) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        let before = willneed_pieces_on_this_thread();
-        bytes.prefetch(0, len);
-        assert_eq!(willneed_pieces_on_this_thread() - before, 0);
     }
 
     /// The group's bytes, then exactly `pad` zeros, over whatever was there; nothing after.

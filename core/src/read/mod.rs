@@ -359,7 +359,7 @@ fn prefetch(log: &FileBytes, offset: usize, backwards: bool, done: Option<usize>
             Some(start) if start == 0 || offset >= start + PREFETCH_BYTES / 2 => done,
             _ => {
                 let start = offset.saturating_sub(PREFETCH_BYTES);
-                log.prefetch(start, offset - start + 1);
+                log.prefetch_toward(start, offset - start + 1, true);
                 Some(start)
             }
         }
