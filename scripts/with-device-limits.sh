@@ -23,7 +23,8 @@ fi
 dir=$1 read_ahead=$2 max_sectors=$3
 shift 4
 
-device=$(stat -c '%Hd:%Ld' "$dir")
+# findmnt, not stat's %Hd:%Ld (coreutils 9 and later only).
+device=$(findmnt -no MAJ:MIN --target "$dir" | head -1 | tr -d ' ')
 sys=/sys/dev/block/$device
 if [ ! -e "$sys" ]; then
     echo "$0: $dir is on device $device, which is not a block device (btrfs, overlay, tmpfs, a network file system?): its reads do not follow a device's limits" >&2
@@ -52,15 +53,29 @@ echo "$max_sectors" > "$queue/max_sectors_kb"
 echo "$read_ahead" > "$queue/read_ahead_kb"
 echo "$0: $(basename "$sys") at read_ahead_kb $(cat "$queue/read_ahead_kb"), max_sectors_kb $(cat "$queue/max_sectors_kb") (its own: $own_read_ahead, $own_max_sectors)" >&2
 
-# In the background, so that a signal to this script reaches the command before the limits
-# go back (bash runs a trap only once its foreground child has ended).
+# In the background and in a process group of its own (`set -m`), so that a signal to this
+# script reaches the command and every process it started before the limits go back (bash
+# runs a trap only once its foreground child has ended). A second signal kills the group.
+set -m
 "$@" &
 child=$!
-trap 'kill -TERM "$child" 2>/dev/null' INT TERM HUP
-status=0
-wait "$child" || status=$?
-# A signal ends the first `wait` early: wait for the command itself to end.
-while kill -0 "$child" 2>/dev/null; do
-    wait "$child" || status=$?
+signals=0
+stop() {
+    signals=$((signals + 1))
+    if [ "$signals" -eq 1 ]; then
+        kill -TERM -- "-$child" 2>/dev/null
+    else
+        kill -KILL -- "-$child" 2>/dev/null
+    fi
+}
+trap stop INT TERM HUP
+# A signal ends `wait` early (status above 128): wait again until the command has ended.
+while true; do
+    if wait "$child"; then
+        status=0
+    else
+        status=$?
+    fi
+    kill -0 "$child" 2>/dev/null || break
 done
 exit "$status"
