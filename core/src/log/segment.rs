@@ -136,10 +136,10 @@ impl FileBytes {
 }
 
 /// The most one `MADV_WILLNEED` asks for (see `FileBytes::prefetch`): the kernel's default
-/// readahead window, 32 pages, which most devices' limits allow whole. Where both of a
-/// device's limits are lower (USB 2 storage at 120 KiB, a Xen disk without indirect segments
-/// at 44 KiB, each with a readahead window cut below 128 KiB), each piece is read only in part
-/// and a dense walk faults for the rest of it.
+/// readahead window, 32 pages, which the kernel gives every device unless an administrator
+/// lowers it. Only on a device whose `max_sectors_kb` is also below 128 (USB 2 storage at 120
+/// KiB, a Xen disk without indirect segments at 44 KiB) with `read_ahead_kb` set lower by hand
+/// is each piece read in part, and a dense walk faults for the rest of it.
 pub const WILLNEED_PIECE_BYTES: usize = 128 << 10;
 
 /// `offset..offset + len` cut at the multiples of `WILLNEED_PIECE_BYTES`, as (start, length)
