@@ -4,41 +4,19 @@
 //! by dropping the open store's mappings and the files' pages (as the benchmark's scale cells
 //! do) and prints its time, major faults and CPU time. Under other device limits:
 //! `scripts/with-device-limits.sh DIR 128 128 -- target/release/examples/cold_hot_read DIR`.
+mod common;
+
 use std::time::Instant;
 
-use lapilli_core::{Durability, Event, Options, Query, ReadOptions, Store};
+use common::{evict, io};
 
-/// Drops this process's mappings of the store's files from its page tables (`MADV_DONTNEED`
-/// on each; the next access refaults the file), then the files' pages from the page cache, so
-/// that what the open mapped (the active segment) is cold too, as in the benchmark's scale cells.
-fn evict(dir: &std::path::Path) {
-    let dir = std::fs::canonicalize(dir).unwrap();
-    for line in std::fs::read_to_string("/proc/self/maps").unwrap().lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 6 || !std::path::Path::new(fields[5]).starts_with(&dir) {
-            continue;
-        }
-        let (start, end) = fields[0].split_once('-').unwrap();
-        let (start, end) = (usize::from_str_radix(start, 16).unwrap(), usize::from_str_radix(end, 16).unwrap());
-        // SAFETY: a read-only or shared file mapping of this process: only page-table entries go.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
-    }
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let file = std::fs::File::open(entry.unwrap().path()).unwrap();
-        use std::os::unix::io::AsRawFd;
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    }
-}
+use lapilli_core::{Durability, Event, Options, Query, ReadOptions, Store};
 
 fn usage() -> libc::rusage {
     // SAFETY: `rusage` is plain data; all zeros is a valid value, and the call fills it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     usage
-}
-
-fn major_faults() -> i64 {
-    usage().ru_majflt
 }
 
 /// User and system CPU time of the process so far, in ms.
@@ -73,16 +51,18 @@ fn main() {
     println!("open {:?} {:?}", started.elapsed(), store.recovery().scanned_log_bytes);
     let cold = |name: &str, query: Query, options: ReadOptions| {
         evict(&dir);
-        let faults = major_faults();
+        let (read_bytes, faults) = io();
         let (user, system) = cpu_ms();
         let started = Instant::now();
         let mut read = store.read(&query, options).unwrap();
         let n = read.visit(usize::MAX, |_| ()).unwrap();
         let elapsed = started.elapsed();
         let (user_after, system_after) = cpu_ms();
+        let (read_bytes_after, faults_after) = io();
         println!(
-            "cold {name}: {n} events in {elapsed:?}, {} major faults, cpu {:.1} ms user {:.1} ms system",
-            major_faults() - faults,
+            "cold {name}: {n} events in {elapsed:?}, {} KiB read, {} major faults, cpu {:.1} ms user {:.1} ms system",
+            (read_bytes_after - read_bytes) / 1024,
+            faults_after - faults,
             user_after - user,
             system_after - system
         );
