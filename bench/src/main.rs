@@ -1469,10 +1469,11 @@ fn run() -> Result<(), String> {
             )?;
         }
 
-        // ---- startup and cold reads: close, evict, reopen (timed), R3
+        // ---- startup and cold reads: close, read through (`machine::read_through`), evict, reopen (timed), R3
         for &k in order.iter().filter(|_| want("Startup") || want("R3 cold")) {
             let dir = run_dir.join("corpus").join(k.name());
             corpus.remove(k.name()).unwrap().close()?;
+            machine::read_through(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
             machine::evict_dir(&dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
             let resident = machine::files(&dir)
                 .iter()
@@ -1530,6 +1531,7 @@ fn run() -> Result<(), String> {
         for &k in order.iter().filter(|_| want("R3 cold selective, 1 KiB")) {
             let dir = run_dir.join("corpus-1k").join(k.name());
             corpus_1k.remove(k.name()).unwrap().close()?;
+            machine::read_through(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
             machine::evict_dir(&dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
             let sys = systems::open(k, &dir, &config)?;
             let fig = cold_read_after_open(

@@ -333,7 +333,10 @@ fn cold(dir: &Path, op: impl FnOnce() -> Res<ReadOut>) -> Value {
 fn measure(kind: Kind, dir: &Path, p: &Params) -> Res<Value> {
     let zipf = zipf_for(p.events);
     let rare = zipf.rank_holding(p.events, EVENTS_PER_ENTITY as f64);
-    // Nothing has the store open: a plain eviction drops all of it.
+    // Every system's files read once first, so that the host's cache of the disk holds them
+    // alike (`machine::read_through`); then, nothing having the store open, a plain eviction
+    // drops all of it from this machine's.
+    machine::read_through(dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
     machine::evict_dir(dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
     let resident_before = machine::resident_bytes(dir);
     let (rss0, anon0) = (
