@@ -185,26 +185,33 @@ pub fn evict_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Reads every file under `dir` once, start to end, before a cold cell evicts them: so that
-/// the cache below this machine's own holds every system's files alike. On a VM the disk is a
-/// file on the host, whose page cache the guest cannot drop; it serves what was read or written
-/// lately at several times the disk's rate (here 44k to 58k random 4 KiB reads/s from a file
-/// just written, 14k to 24k from files the host had not touched; `scripts/host-cache-probe.py`).
-/// A system whose open reads its whole log (Tephra's) had put its log there just before its
-/// cold reads, and the others not: in the full run of 2026-12-03 the cold reads of 1 KiB events
-/// gave Tephra 49k events/s and Lapilli and UmaDB 8k to 11k, while the same cell run alone, with
-/// every corpus just written, gave all three 50k to 60k.
-pub fn read_through(dir: &Path) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 8 << 20];
+/// Reads every file under `dir` once, start to end, from the disk, before a cold cell evicts
+/// them: so that the cache below this machine's own holds every system's files alike. On a VM
+/// the disk is a file on the host, whose page cache the guest cannot drop; it serves what was
+/// read or written lately faster than the disk (`scripts/host-cache-probe.py`). A system whose
+/// open reads its whole log (Tephra's) had put its log there just before its cold reads, and
+/// the others not (bench/README.md, "The full run of 2026-12-03").
+///
+/// The files are evicted from this machine's page cache first, so that every read goes below
+/// it (a read served by pages still cached here would leave the host's cache as it was). The
+/// store must be closed (a mapped page is not evicted). The buffer is 64 KiB, under glibc's
+/// `mmap` threshold: a larger one would move that threshold for the process and change the
+/// memory figures taken after it. Returns the bytes read and the seconds it took.
+pub fn read_through(dir: &Path) -> std::io::Result<(u64, f64)> {
+    evict_dir(dir)?;
+    let started = Instant::now();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut total = 0u64;
     for path in files(dir) {
         let mut f = File::open(&path)?;
         loop {
-            if f.read(&mut buf)? == 0 {
-                break;
+            match f.read(&mut buf)? {
+                0 => break,
+                n => total += n as u64,
             }
         }
     }
-    Ok(())
+    Ok((total, started.elapsed().as_secs_f64()))
 }
 
 pub fn evict_dir(dir: &Path) -> std::io::Result<()> {

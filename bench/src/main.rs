@@ -607,10 +607,22 @@ fn cold_read_after_open(
 ) -> Res<Value> {
     let unmapped = machine::evict_open_dir(dir).map_err(|e| format!("evict: {e}"))?;
     let resident = machine::resident_bytes(dir);
+    let (faults, read_from_storage) = (machine::major_faults(), machine::storage_read_bytes());
     let mut fig = cold_read(sys, count, entities, seed)?;
     fig["resident_bytes_after_evict"] = json!(resident);
     fig["mapped_bytes_dropped"] = json!(unmapped);
+    // Of the whole process, the readers' threads included (as the scale cells' `cold`).
+    fig["major_faults"] = json!(machine::major_faults() - faults);
+    fig["storage_read_bytes"] = json!(machine::storage_read_bytes() - read_from_storage);
     Ok(fig)
+}
+
+/// A cold cell's figure with what `machine::read_through` read before it, and how fast: the
+/// rate says how much of the store the host's cache held.
+fn with_read_through(mut fig: Value, bytes: u64, seconds: f64) -> Value {
+    fig["read_through_bytes"] = json!(bytes);
+    fig["read_through_seconds"] = json!(seconds);
+    fig
 }
 
 /// Events per read of the full scan. UmaDB's `read` materialises its whole result, and 16
@@ -1473,7 +1485,8 @@ fn run() -> Result<(), String> {
         for &k in order.iter().filter(|_| want("Startup") || want("R3 cold")) {
             let dir = run_dir.join("corpus").join(k.name());
             corpus.remove(k.name()).unwrap().close()?;
-            machine::read_through(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
+            let (through_bytes, through_s) =
+                machine::read_through(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
             machine::evict_dir(&dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
             let resident = machine::files(&dir)
                 .iter()
@@ -1503,6 +1516,8 @@ fn run() -> Result<(), String> {
                 "rss_growth_bytes": rss1.saturating_sub(rss0),
                 "resident_bytes_before_open": resident,
                 "resident_bytes_after_open": resident_after,
+                "read_through_bytes": through_bytes,
+                "read_through_seconds": through_s,
             }));
             results.record(
                 "Startup open time (cold cache)",
@@ -1524,14 +1539,16 @@ fn run() -> Result<(), String> {
             );
             // R3: distinct entities, read once each, after evicting the store's pages again
             // now that it is open, so nothing its open read is still cached.
-            let fig = cold_read_after_open(sys.as_ref(), &dir, scale.cold_entities, entities, seed);
+            let fig = cold_read_after_open(sys.as_ref(), &dir, scale.cold_entities, entities, seed)
+                .map(|fig| with_read_through(fig, through_bytes, through_s));
             results.record("R3 cold selective, 16 readers", "R3", "distinct entities read once each after a cold reopen and a second eviction of the open store's pages (mappings included), events/s", "events/s", true, k, fig);
             corpus.insert(k.name(), sys);
         }
         for &k in order.iter().filter(|_| want("R3 cold selective, 1 KiB")) {
             let dir = run_dir.join("corpus-1k").join(k.name());
             corpus_1k.remove(k.name()).unwrap().close()?;
-            machine::read_through(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
+            let (through_bytes, through_s) =
+                machine::read_through(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
             machine::evict_dir(&dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
             let sys = systems::open(k, &dir, &config)?;
             let fig = cold_read_after_open(
@@ -1540,7 +1557,8 @@ fn run() -> Result<(), String> {
                 scale.cold_entities,
                 entities_1k,
                 seed,
-            );
+            )
+            .map(|fig| with_read_through(fig, through_bytes, through_s));
             results.record(
                 "R3 cold selective, 1 KiB events, 16 readers",
                 "R3",

@@ -102,8 +102,18 @@ impl Scale {
 
     /// One round of the scale cells for one system, in a fresh child.
     pub fn measure(&self, kind: Kind, built: &Res<Value>, results: &mut Results) {
+        // Read through by the parent (`machine::read_through`), so that the host's cache of the
+        // disk holds every system's store alike; not in the child, whose memory is measured.
+        let dir = self.store_dir(kind);
         let fig = match built {
-            Ok(_) => self.child(kind, &self.store_dir(kind), "measure", self.events),
+            Ok(_) => machine::read_through(&dir)
+                .map_err(|e| format!("read {}: {e}", dir.display()))
+                .and_then(|(bytes, seconds)| {
+                    let mut v = self.child(kind, &dir, "measure", self.events)?;
+                    v["open"]["read_through_bytes"] = json!(bytes);
+                    v["open"]["read_through_seconds"] = json!(seconds);
+                    Ok(v)
+                }),
             Err(e) => Err(format!("no store: {e}")),
         };
         let part = |key: &str, value: &dyn Fn(&Value) -> Option<f64>| -> Res<Value> {
@@ -333,10 +343,8 @@ fn cold(dir: &Path, op: impl FnOnce() -> Res<ReadOut>) -> Value {
 fn measure(kind: Kind, dir: &Path, p: &Params) -> Res<Value> {
     let zipf = zipf_for(p.events);
     let rare = zipf.rank_holding(p.events, EVENTS_PER_ENTITY as f64);
-    // Every system's files read once first, so that the host's cache of the disk holds them
-    // alike (`machine::read_through`); then, nothing having the store open, a plain eviction
-    // drops all of it from this machine's.
-    machine::read_through(dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
+    // Nothing has the store open: a plain eviction drops all of it. (The parent read it through
+    // first, `Scale::measure`.)
     machine::evict_dir(dir).map_err(|e| format!("evict {}: {e}", dir.display()))?;
     let resident_before = machine::resident_bytes(dir);
     let (rss0, anon0) = (
