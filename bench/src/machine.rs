@@ -82,7 +82,9 @@ pub fn facts(data_dir: &Path) -> Value {
         "filesystem": filesystem(data_dir).unwrap_or_else(|e| e),
         "device": device,
         "rustc": sh("rustc --version"),
-        "loadavg_at_start": fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        // Read when the report is written, at the run's end (its start is the run's
+        // `loadavg_start`): named so since 2026-12-03; earlier files call it `loadavg_at_start`.
+        "loadavg_at_report": fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
     })
 }
 

@@ -1481,7 +1481,8 @@ fn run() -> Result<(), String> {
             )?;
         }
 
-        // ---- startup and cold reads: close, read through (`machine::read_through`), evict, reopen (timed), R3
+        // ---- startup and cold reads: close, read through (`machine::read_through`), evict,
+        // reopen (timed), R3
         for &k in order.iter().filter(|_| want("Startup") || want("R3 cold")) {
             let dir = run_dir.join("corpus").join(k.name());
             corpus.remove(k.name()).unwrap().close()?;
