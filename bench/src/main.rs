@@ -596,8 +596,8 @@ fn cold_read(sys: &dyn System, count: usize, entities: u64, seed: u64) -> Res<Va
     )
 }
 
-/// R3 on an open store: evicts its pages first (mappings included, `evict_open_dir`), so the
-/// reads are served by the disk and not by what the open read.
+/// R3 on an open store: evicts its pages first (`after_eviction`), so the reads are served by
+/// the disk and not by what the open read.
 fn cold_read_after_open(
     sys: &dyn System,
     dir: &Path,
@@ -605,15 +605,23 @@ fn cold_read_after_open(
     entities: u64,
     seed: u64,
 ) -> Res<Value> {
+    after_eviction(dir, || cold_read(sys, count, entities, seed))
+}
+
+/// Runs `op` after evicting the open store's pages (mappings included,
+/// `machine::evict_open_dir`), and adds to its figure what the eviction left and what `op` cost
+/// in I/O: the store bytes still resident, the mapped bytes dropped, and the major faults and
+/// device bytes of the whole process (a cell's reader threads included). R3's and the scale
+/// cells' cold reads.
+fn after_eviction(dir: &Path, op: impl FnOnce() -> Res<Value>) -> Res<Value> {
     let unmapped = machine::evict_open_dir(dir).map_err(|e| format!("evict: {e}"))?;
     let resident = machine::resident_bytes(dir);
     let (faults, read_from_storage) = (machine::major_faults(), machine::storage_read_bytes());
-    let mut fig = cold_read(sys, count, entities, seed)?;
-    fig["resident_bytes_after_evict"] = json!(resident);
-    fig["mapped_bytes_dropped"] = json!(unmapped);
-    // Of the whole process, the readers' threads included (as the scale cells' `cold`).
+    let mut fig = op()?;
     fig["major_faults"] = json!(machine::major_faults() - faults);
     fig["storage_read_bytes"] = json!(machine::storage_read_bytes() - read_from_storage);
+    fig["resident_bytes_after_evict"] = json!(resident);
+    fig["mapped_bytes_dropped"] = json!(unmapped);
     Ok(fig)
 }
 
@@ -1510,16 +1518,18 @@ fn run() -> Result<(), String> {
                         * machine::resident_fraction(f)
                 })
                 .sum::<f64>();
-            let fig = Ok(json!({
-                "value": open_s * 1e3,
-                "head": head,
-                "store_bytes": machine::dir_bytes(&dir),
-                "rss_growth_bytes": rss1.saturating_sub(rss0),
-                "resident_bytes_before_open": resident,
-                "resident_bytes_after_open": resident_after,
-                "read_through_bytes": through_bytes,
-                "read_through_seconds": through_s,
-            }));
+            let fig = Ok(with_read_through(
+                json!({
+                    "value": open_s * 1e3,
+                    "head": head,
+                    "store_bytes": machine::dir_bytes(&dir),
+                    "rss_growth_bytes": rss1.saturating_sub(rss0),
+                    "resident_bytes_before_open": resident,
+                    "resident_bytes_after_open": resident_after,
+                }),
+                through_bytes,
+                through_s,
+            ));
             results.record(
                 "Startup open time (cold cache)",
                 "Startup",

@@ -110,8 +110,7 @@ impl Scale {
                 .map_err(|e| format!("read {}: {e}", dir.display()))
                 .and_then(|(bytes, seconds)| {
                     let mut v = self.child(kind, &dir, "measure", self.events)?;
-                    v["open"]["read_through_bytes"] = json!(bytes);
-                    v["open"]["read_through_seconds"] = json!(seconds);
+                    v["open"] = crate::with_read_through(v["open"].take(), bytes, seconds);
                     Ok(v)
                 }),
             Err(e) => Err(format!("no store: {e}")),
@@ -312,18 +311,13 @@ fn build(kind: Kind, dir: &Path, p: &Params) -> Res<Value> {
     }))
 }
 
-/// Times `op` after evicting the page cache of the open store's files.
+/// Times `op` after evicting the page cache of the open store's files (`crate::after_eviction`,
+/// which adds what the eviction left and what `op` cost in faults and device bytes).
 fn cold(dir: &Path, op: impl FnOnce() -> Res<ReadOut>) -> Value {
-    let run = || -> Res<Value> {
-        let unmapped = machine::evict_open_dir(dir).map_err(|e| format!("evict: {e}"))?;
-        let resident = machine::resident_bytes(dir);
-        let faults = machine::major_faults();
-        let read_from_storage = machine::storage_read_bytes();
+    crate::after_eviction(dir, || {
         let t = Instant::now();
         let out = op()?;
         let s = t.elapsed().as_secs_f64();
-        let major_faults = machine::major_faults() - faults;
-        let storage_read_bytes = machine::storage_read_bytes() - read_from_storage;
         if out.events == 0 {
             return Err("read nothing".into());
         }
@@ -331,13 +325,9 @@ fn cold(dir: &Path, op: impl FnOnce() -> Res<ReadOut>) -> Value {
             "events": out.events,
             "seconds": s,
             "events_per_s": out.events as f64 / s,
-            "resident_bytes_after_evict": resident,
-            "mapped_bytes_dropped": unmapped,
-            "major_faults": major_faults,
-            "storage_read_bytes": storage_read_bytes,
         }))
-    };
-    run().unwrap_or_else(|e| json!({"error": e}))
+    })
+    .unwrap_or_else(|e| json!({"error": e}))
 }
 
 fn measure(kind: Kind, dir: &Path, p: &Params) -> Res<Value> {
