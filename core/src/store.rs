@@ -282,6 +282,13 @@ impl Store {
         crate::log::segment::prefetch_requests_on_this_thread()
     }
 
+    /// Log bytes the calling thread's reads and subscriptions asked for ahead of their walks
+    /// (whether or not they were in memory already), for tests of how far a walk reads ahead.
+    #[doc(hidden)]
+    pub fn read_ahead_bytes_on_this_thread() -> u64 {
+        crate::read::read_ahead_bytes_on_this_thread()
+    }
+
     /// Log bytes this process has asked for ahead of cold segments' few matching records, for
     /// a test (alone in its binary) that each record is asked for whole.
     #[doc(hidden)]

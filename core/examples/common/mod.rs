@@ -1,4 +1,4 @@
-//! What the cold-read examples (`cold_read`, `cold_hot_read`) share: evicting an open store's
+//! What the cold-read examples (`cold_read`, `cold_hot_read`, `cold_catch_up`) share: evicting an open store's
 //! pages, and the device bytes and major faults a read cost.
 use std::os::unix::io::AsRawFd;
 

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::event::{EventView, SequencedEvent};
 use crate::position::Position;
 use crate::query::Query;
-use crate::read::{Published, Walk};
+use crate::read::{Published, ReadAhead, Walk};
 
 /// Wakes subscribers when the head moves, the store closes or a follower fails: those blocked
 /// in `next_batch` (a condition variable) and those that registered a waker or callback (a
@@ -205,8 +205,10 @@ pub enum Next {
 pub struct Subscription {
     published: Arc<Published>,
     query: Query,
-    /// Serialises consumers; `close`, `caught_up` and `position` never take it.
-    consumer: Mutex<()>,
+    /// Serialises consumers; `close`, `caught_up` and `position` never take it. Holds where the
+    /// last pass stopped in its entry and how far it had read ahead, for the next pass to go
+    /// on from (`Walk::resuming`).
+    consumer: Mutex<Option<ReadAhead>>,
     /// Every position up to this one has been examined.
     scanned: AtomicU64,
     /// The last delivered position (the resume cursor).
@@ -232,6 +234,17 @@ enum ScanWalk {
     Postgres(crate::postgres::PgRead),
 }
 
+impl ScanWalk {
+    /// See `Walk::read_ahead`; a Postgres read has none.
+    fn read_ahead(&self) -> Option<ReadAhead> {
+        match self {
+            ScanWalk::Embedded(walk) => walk.read_ahead(),
+            #[cfg(feature = "postgres")]
+            ScanWalk::Postgres(_) => None,
+        }
+    }
+}
+
 impl Subscription {
     pub(crate) fn new(published: Arc<Published>, query: Query, after: Position, source: Source) -> Result<Self> {
         query.validate("query")?;
@@ -243,7 +256,7 @@ impl Subscription {
         Ok(Subscription {
             published,
             query,
-            consumer: Mutex::new(()),
+            consumer: Mutex::new(None),
             scanned: AtomicU64::new(after.get()),
             delivered: AtomicU64::new(after.get()),
             closed: AtomicBool::new(false),
@@ -264,8 +277,8 @@ impl Subscription {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut batch = Vec::with_capacity(max.min(1024));
         loop {
-            let consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(scanned) = self.scan(max, &mut |view| batch.push(view.to_owned_event()))? else {
+            let mut consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(scanned) = self.scan(&mut consumer, max, &mut |view| batch.push(view.to_owned_event()))? else {
                 return Ok(None);
             };
             if !batch.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -285,8 +298,8 @@ impl Subscription {
     pub fn try_next_batch(&self, max: usize) -> Result<Option<Vec<SequencedEvent>>> {
         check_max(max)?;
         let mut batch = Vec::new();
-        let _consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(self.scan(max, &mut |view| batch.push(view.to_owned_event()))?.map(|_| batch))
+        let mut consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(self.scan(&mut consumer, max, &mut |view| batch.push(view.to_owned_event()))?.map(|_| batch))
     }
 
     /// [`Subscription::try_next_batch`] without copying: `visit` sees up to `max` events in
@@ -295,9 +308,9 @@ impl Subscription {
     pub fn try_visit(&self, max: usize, mut visit: impl FnMut(&EventView<'_>)) -> Result<Option<usize>> {
         check_max(max)?;
         let mut seen = 0;
-        let _consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut consumer = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
         Ok(self
-            .scan(max, &mut |view| {
+            .scan(&mut consumer, max, &mut |view| {
                 seen += 1;
                 visit(view)
             })?
@@ -345,7 +358,8 @@ impl Subscription {
 
     /// One pass: what lies between the cursor and the head now, up to `max` matches.
     /// `None`: ended. `Some(scanned)`: the cursor after the pass.
-    fn scan(&self, max: usize, visit: &mut dyn FnMut(&EventView<'_>)) -> Result<Option<u64>> {
+    /// `read_ahead`: the consumer's, carried from pass to pass.
+    fn scan(&self, read_ahead: &mut Option<ReadAhead>, max: usize, visit: &mut dyn FnMut(&EventView<'_>)) -> Result<Option<u64>> {
         if self.ended() {
             return Ok(None);
         }
@@ -355,9 +369,12 @@ impl Subscription {
             Source::Embedded => {
                 let snapshot = self.published.snapshot();
                 let head = snapshot.head;
-                // The pass takes at most `max` events: a batch of one warms nothing ahead, as a
-                // `limit: 1` read (`read::warm`).
-                let walk = Walk::new(snapshot, self.query.clone(), scanned + 1, head, false).wanting(max as u64);
+                // The pass takes at most `max` events: a batch of one warms no segments ahead,
+                // as a `limit: 1` read (`read::warm`). It goes on with what the pass before
+                // asked of the log ahead (`read::ReadAhead`) if it starts where that one stopped.
+                let walk = Walk::new(snapshot, self.query.clone(), scanned + 1, head, false)
+                    .wanting(max as u64)
+                    .resuming(read_ahead.take());
                 (ScanWalk::Embedded(walk), head)
             }
             // The head this handle knows of (its own commits, and others' through the
@@ -389,6 +406,7 @@ impl Subscription {
                 None => break,
             }
         }
+        *read_ahead = walk.read_ahead();
         // A full batch stops at its last event; otherwise everything up to the head was seen.
         scanned = match last {
             Some(last) if found == max => last,
