@@ -381,9 +381,7 @@ fn a_subscription_catching_up_in_batches_asks_ahead_as_one_walk_does() {
 #[test]
 fn a_subscription_whose_read_ahead_was_evicted_between_batches_asks_again() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), buffered(8 << 20)).unwrap();
-    fill(&store, 200_000);
-    store.wait_for_sealing();
+    let store = sealed_store(dir.path());
     let subscription = store.subscribe(&Query::all(), Position(0)).unwrap();
     let pass = || {
         let before = Store::read_ahead_bytes_on_this_thread();
