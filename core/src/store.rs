@@ -289,6 +289,13 @@ impl Store {
         crate::read::read_ahead_bytes_on_this_thread()
     }
 
+    /// Times the calling thread's subscription passes found the read-ahead of the pass before
+    /// evicted and asked for it again, for tests that count asks.
+    #[doc(hidden)]
+    pub fn read_ahead_renewals_on_this_thread() -> u64 {
+        crate::read::read_ahead_renewals_on_this_thread()
+    }
+
     /// Log bytes this process has asked for ahead of cold segments' few matching records, for
     /// a test (alone in its binary) that each record is asked for whole.
     #[doc(hidden)]

@@ -349,17 +349,19 @@ fn a_subscription_catching_up_in_batches_asks_ahead_as_one_walk_does() {
     store.wait_for_sealing();
     let b = common::segment_bases(dir.path());
     assert!(b.len() >= 2, "a sealed segment: {b:?}");
+    // Bytes asked, and times a pass found the asks of the one before evicted and asked again
+    // (possible on a busy machine: then the asks of a new 4 MiB are expected).
     let asked_during = |consume: &dyn Fn()| {
-        let before = Store::read_ahead_bytes_on_this_thread();
+        let (bytes, renewals) = (Store::read_ahead_bytes_on_this_thread(), Store::read_ahead_renewals_on_this_thread());
         consume();
-        Store::read_ahead_bytes_on_this_thread() - before
+        (Store::read_ahead_bytes_on_this_thread() - bytes, Store::read_ahead_renewals_on_this_thread() - renewals)
     };
     for (max, wanted) in [(64, 200_000), (1_024, 200_000), (1, 50_000)] {
-        let one_walk = asked_during(&|| {
+        let (one_walk, _) = asked_during(&|| {
             let options = ReadOptions { limit: Some(wanted as u64), ..Default::default() };
             assert_eq!(count(&store, &Query::all(), options), wanted);
         });
-        let batches = asked_during(&|| {
+        let (batches, renewals) = asked_during(&|| {
             let subscription = store.subscribe(&Query::all(), Position(0)).unwrap();
             let mut seen = 0;
             while seen < wanted {
@@ -368,38 +370,38 @@ fn a_subscription_catching_up_in_batches_asks_ahead_as_one_walk_does() {
         });
         assert!(one_walk >= 4 << 20, "one walk through {wanted} events asked for {one_walk} bytes");
         assert!(
-            batches * 10 >= one_walk * 9 && batches * 10 <= one_walk * 11,
-            "by {max}: {batches} bytes asked ahead for {wanted} events, against {one_walk} by one walk"
+            batches * 10 >= one_walk * 9 && batches * 10 <= one_walk * 11 + renewals * (40 << 20),
+            "by {max}: {batches} bytes asked ahead for {wanted} events ({renewals} renewals), against {one_walk} by one walk"
         );
     }
     store.close().unwrap();
 }
 
 /// A consumer whose read-ahead was evicted between two batches asks for it again at the next
-/// batch (judged by the page after its last event), rather than faulting through what it had
-/// asked for before it reaches the far end of it.
+/// batch (judged by a page past its last event), rather than faulting through what it had asked
+/// for before it reaches the far end of it; by 1,024 and by 64.
 #[test]
 fn a_subscription_whose_read_ahead_was_evicted_between_batches_asks_again() {
     let dir = tempfile::tempdir().unwrap();
     let store = sealed_store(dir.path());
-    let subscription = store.subscribe(&Query::all(), Position(0)).unwrap();
-    let pass = || {
-        let before = Store::read_ahead_bytes_on_this_thread();
-        assert_eq!(subscription.next_batch(1_024, Some(Duration::ZERO)).unwrap().unwrap().len(), 1_024);
-        Store::read_ahead_bytes_on_this_thread() - before
-    };
-    // Past the first ask, to a pass that asks nothing (its read-ahead still well ahead).
-    let mut passes = 0;
-    while pass() > 0 || passes < 2 {
-        passes += 1;
-        assert!(passes < 50, "every pass asked");
+    for max in [1_024, 64] {
+        let subscription = store.subscribe(&Query::all(), Position(0)).unwrap();
+        let pass = || {
+            let before = Store::read_ahead_bytes_on_this_thread();
+            assert_eq!(subscription.next_batch(max, Some(Duration::ZERO)).unwrap().unwrap().len(), max);
+            Store::read_ahead_bytes_on_this_thread() - before
+        };
+        // Past the first ask, to a pass that asks nothing (its read-ahead still well ahead).
+        let mut passes = 0;
+        while pass() > 0 || passes < 2 {
+            passes += 1;
+            assert!(passes < 100, "by {max}: every pass asked");
+        }
+        if !common::evict_store_pages(dir.path()) {
+            return;
+        }
+        let asked = pass();
+        assert!(asked >= 4 << 20, "by {max}: after eviction the next batch asked for {asked} bytes ahead");
     }
-    assert_eq!(pass(), 0, "a pass within what was asked asks nothing");
-    if !common::evict_store_pages(dir.path()) {
-        return;
-    }
-    let asked = pass();
-    assert!(asked >= 4 << 20, "after eviction the next batch asked for {asked} bytes ahead");
-    drop(subscription);
     store.close().unwrap();
 }

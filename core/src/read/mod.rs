@@ -364,6 +364,17 @@ pub(crate) fn read_ahead_bytes_on_this_thread() -> u64 {
     READ_AHEAD_BYTES.with(|n| n.get())
 }
 
+thread_local! {
+    /// Times this thread's walks found what a walk before had asked for evicted and asked again
+    /// (see `Walk::next_visit`), for tests that count asks.
+    static READ_AHEAD_RENEWALS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// See `READ_AHEAD_RENEWALS`.
+pub(crate) fn read_ahead_renewals_on_this_thread() -> u64 {
+    READ_AHEAD_RENEWALS.with(|n| n.get())
+}
+
 /// Keeps `PREFETCH_BYTES` ahead of a sequential walk at `offset` prefetched (behind it, for a
 /// backward walk); returns the new far end of the prefetched range.
 fn prefetch(log: &FileBytes, offset: usize, backwards: bool, done: Option<usize>) -> Option<usize> {
@@ -399,9 +410,9 @@ fn prefetch(log: &FileBytes, offset: usize, backwards: bool, done: Option<usize>
 /// consumer catching up in batches reads ahead as one long walk does. Without it each pass
 /// began again: a pass of 64 events never got past `PREFETCH_AFTER` and a pass of one never
 /// asked, so each page of a cold sealed log was a fault of its own (a cold catch-up of 10M
-/// events by 64 ran at 0.2M events/s, against 4.1M to 4.5M with it); a pass of 1,024 asked for
-/// the 4 MiB ahead that the pass before had mostly asked for already (3.0M to 3.4M events/s,
-/// against 3.8M to 4.4M). Hints only: what a walk yields never depends on it.
+/// events by 64 ran at 0.2M events/s, against 3.2M to 4.5M with it); a pass of 1,024 asked for
+/// the 4 MiB ahead that the pass before had mostly asked for already (2.6M to 3.4M events/s,
+/// against 3.6M to 4.4M). Hints only: what a walk yields never depends on it.
 #[derive(Clone, Debug)]
 pub(crate) struct ReadAhead {
     /// The entry's first position (a segment's, or a part's): the log bytes at the offsets
@@ -507,8 +518,8 @@ impl Walk {
 
     /// Where this forward walk is in its current entry and how far it has asked ahead, for the
     /// next walk to resume from. None between entries, walking backwards, before its first
-    /// event, and once it has walked its whole window (a pass that reached the head: a
-    /// subscription tailing the head carries nothing from pass to pass).
+    /// event, and once it has walked its whole window (a pass that took fewer events than it
+    /// could: a subscription waiting at the head carries nothing from pass to pass).
     pub fn read_ahead(&self) -> Option<ReadAhead> {
         let (i, index, _) = self.current.as_ref().filter(|_| !self.backwards && self.yielded_through > 0)?;
         Some(ReadAhead {
@@ -610,23 +621,30 @@ impl Walk {
                 )?;
                 let carried = self.carried.take().filter(|c| c.base == entry.base);
                 self.prefetched = carried.as_ref().and_then(|c| c.prefetched);
-                // What was asked of the log may have been evicted since (a consumer slow between
-                // batches), and the walk would fault through up to 4 MiB before it asked again:
-                // judged by the page after the last event's (asked first, so evicted first),
-                // once per pass that will go past `PREFETCH_AFTER` events. (Not by the far end's
-                // page: past the end of a sealed log's records it is never in memory.)
-                if let (Some(carried), true) = (&carried, self.wanted > u64::from(PREFETCH_AFTER)) {
-                    let next_page = carried.last_offset as usize + PAGE_BYTES;
-                    if self.prefetched.is_some_and(|end| next_page < end)
-                        && entry.log.bytes().is_ok_and(|log| next_page < log.len() && !log.is_resident(next_page))
-                    {
-                        self.prefetched = None;
-                    }
-                }
+                let same_index = carried.as_ref().is_some_and(|c| std::ptr::eq(c.index.as_ptr(), Arc::as_ptr(&index)));
                 self.index_prefetched = match &carried {
-                    Some(c) if std::ptr::eq(c.index.as_ptr(), Arc::as_ptr(&index)) => c.index_prefetched,
+                    Some(c) if same_index => c.index_prefetched,
                     _ => Ahead::Nothing,
                 };
+                // What was asked may have been evicted since (a consumer slow between batches),
+                // and the walk would fault through up to 4 MiB before it asked again: judged by
+                // the first page wholly past the last event's record if under a page (asked
+                // first of what is left, so evicted first; not touched by the walk), once per 64
+                // events the passes take. (Not by the far end's page: asked last, so evicted
+                // last.) Then both are asked again.
+                if let Some(carried) = &carried {
+                    let carried_events = u64::from(carried.in_segment);
+                    let probe_due = carried_events / 64 != (carried_events + self.wanted.min(64)) / 64;
+                    let probe = (carried.last_offset as usize / PAGE_BYTES + 2) * PAGE_BYTES;
+                    if probe_due
+                        && self.prefetched.is_some_and(|end| probe < end)
+                        && entry.log.bytes().is_ok_and(|log| probe < log.len() && !log.is_resident(probe))
+                    {
+                        READ_AHEAD_RENEWALS.with(|n| n.set(n.get() + 1));
+                        self.prefetched = None;
+                        self.index_prefetched = Ahead::Nothing;
+                    }
+                }
                 prefetch_few_records(&access, &walk, self.wanted);
                 let start = if self.backwards { to } else { from };
                 // The entry just before the window in walk order, if the segment has one.
@@ -644,7 +662,7 @@ impl Walk {
                 // on from the walk before (`resuming`) goes on with what that one asked. (Not judged by the
                 // window's own first entry: the offsets' last block holds the type column's
                 // first entries too, read by any type scan from the segment's start.)
-                let resumed = carried.is_some() || before.is_some_and(|rel| !access.index.entry_is_cold(rel));
+                let resumed = same_index || before.is_some_and(|rel| !access.index.entry_is_cold(rel));
                 if walk.is_sequential() && !resumed {
                     self.index_prefetched = Ahead::after(access.index.prefetch_entries(start, to - from, self.backwards));
                 }
