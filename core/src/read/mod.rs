@@ -11,7 +11,7 @@ use crate::event::{EventView, SequencedEvent};
 use crate::index::plan::{Purpose, SegmentAccess, SegmentWalk};
 use crate::index::{Planner, SegmentIndex};
 use crate::index::file::IndexFile;
-use crate::log::segment::{FileBytes, SegmentLog};
+use crate::log::segment::{FileBytes, PAGE_BYTES, SegmentLog};
 use crate::position::Position;
 use crate::query::Query;
 use crate::subscribe::Notifier;
@@ -237,8 +237,6 @@ impl Snapshot {
 
 /// How far ahead of a sequential walk the log is prefetched, and how much at a time.
 const PREFETCH_BYTES: usize = 4 << 20;
-/// A page of the log (the unit of residency).
-const PAGE_BYTES: usize = 4096;
 /// Index entries (event offsets, type ids) prefetched ahead of such a walk at a time: 512 KiB
 /// of offsets.
 const INDEX_PREFETCH_ENTRIES: u32 = 64 << 10;
@@ -534,6 +532,40 @@ impl Walk {
         })
     }
 
+    /// Sets the read-ahead state for the entry this walk is opening (segment `i`, its index
+    /// `index`): afresh, or what the walk before asked if it stopped in this entry (`resuming`).
+    /// Answers whether the index entries it asked are this index's (so not to be asked again).
+    fn take_over_read_ahead(&mut self, i: usize, index: &Arc<SegmentIndex>) -> bool {
+        let entry = &self.snapshot.segments[i];
+        let carried = self.carried.take().filter(|c| c.base == entry.base);
+        let same_index = carried.as_ref().is_some_and(|c| std::ptr::eq(c.index.as_ptr(), Arc::as_ptr(index)));
+        self.prefetched = carried.as_ref().and_then(|c| c.prefetched);
+        self.index_prefetched = match &carried {
+            Some(c) if same_index => c.index_prefetched,
+            _ => Ahead::Nothing,
+        };
+        (self.in_segment, self.first_offset) = carried.as_ref().map_or((0, 0), |c| (c.in_segment, c.first_offset));
+        // What was asked may have been evicted since (a consumer slow between batches), and the
+        // walk would fault through up to 4 MiB before it asked again: judged by the first page
+        // wholly past the last event's record if under a page (asked first of what is left, so
+        // evicted first; not touched by the walk), once per 64 events the passes take. (Not by
+        // the far end's page: asked last, so evicted last.) Then both are asked again.
+        if let Some(carried) = &carried {
+            let carried_events = u64::from(carried.in_segment);
+            let probe_due = carried_events / 64 != (carried_events + self.wanted.min(64)) / 64;
+            let probe = (carried.last_offset / PAGE_BYTES + 2) * PAGE_BYTES;
+            if probe_due
+                && self.prefetched.is_some_and(|end| probe < end as u64)
+                && entry.log.bytes().is_ok_and(|log| probe < log.len() as u64 && !log.is_resident(probe as usize))
+            {
+                READ_AHEAD_RENEWALS.with(|n| n.set(n.get() + 1));
+                self.prefetched = None;
+                self.index_prefetched = Ahead::Nothing;
+            }
+        }
+        same_index
+    }
+
     /// The segment after `i` in walk order that holds some of the window, if any.
     fn segment_after(&self, i: usize) -> Option<usize> {
         if self.backwards {
@@ -603,8 +635,9 @@ impl Walk {
                 self.next_segment = self.segment_after(i);
                 let Some((from, to)) = self.window_in(i) else { continue };
                 self.warm_up_from(i);
+                let index = self.snapshot.segments[i].index.load_full();
+                let same_index = self.take_over_read_ahead(i, &index);
                 let entry = &self.snapshot.segments[i];
-                let index = entry.index.load_full();
                 let access = SegmentAccess { base: entry.base, log: &entry.log, index: index.view()? };
                 let walk = SegmentWalk::new(
                     &access,
@@ -619,32 +652,6 @@ impl Walk {
                         (false, _) => Purpose::Many,
                     },
                 )?;
-                let carried = self.carried.take().filter(|c| c.base == entry.base);
-                self.prefetched = carried.as_ref().and_then(|c| c.prefetched);
-                let same_index = carried.as_ref().is_some_and(|c| std::ptr::eq(c.index.as_ptr(), Arc::as_ptr(&index)));
-                self.index_prefetched = match &carried {
-                    Some(c) if same_index => c.index_prefetched,
-                    _ => Ahead::Nothing,
-                };
-                // What was asked may have been evicted since (a consumer slow between batches),
-                // and the walk would fault through up to 4 MiB before it asked again: judged by
-                // the first page wholly past the last event's record if under a page (asked
-                // first of what is left, so evicted first; not touched by the walk), once per 64
-                // events the passes take. (Not by the far end's page: asked last, so evicted
-                // last.) Then both are asked again.
-                if let Some(carried) = &carried {
-                    let carried_events = u64::from(carried.in_segment);
-                    let probe_due = carried_events / 64 != (carried_events + self.wanted.min(64)) / 64;
-                    let probe = (carried.last_offset as usize / PAGE_BYTES + 2) * PAGE_BYTES;
-                    if probe_due
-                        && self.prefetched.is_some_and(|end| probe < end)
-                        && entry.log.bytes().is_ok_and(|log| probe < log.len() && !log.is_resident(probe))
-                    {
-                        READ_AHEAD_RENEWALS.with(|n| n.set(n.get() + 1));
-                        self.prefetched = None;
-                        self.index_prefetched = Ahead::Nothing;
-                    }
-                }
                 prefetch_few_records(&access, &walk, self.wanted);
                 let start = if self.backwards { to } else { from };
                 // The entry just before the window in walk order, if the segment has one.
@@ -666,7 +673,6 @@ impl Walk {
                 if walk.is_sequential() && !resumed {
                     self.index_prefetched = Ahead::after(access.index.prefetch_entries(start, to - from, self.backwards));
                 }
-                (self.in_segment, self.first_offset) = carried.map_or((0, 0), |c| (c.in_segment, c.first_offset));
                 self.current = Some((i, index, walk));
             }
             let (i, index, walk) = self.current.as_mut().expect("set above");
