@@ -2,8 +2,9 @@
 //! `fdatasync` after a 4 KiB overwrite inside a file already written and synced, measured in the
 //! same run on the same file system. Appends are measured in a store's first segment (created
 //! with `posix_fallocate`: unwritten extents, whose conversion makes each `fdatasync` commit the
-//! file system's journal too) and in a segment the writer prepared ahead (written with zeros
-//! and synced off the writer's thread, so commits into it are pure data syncs).
+//! file system's journal too) and in a segment the writer prepared ahead (until 2026-12-03
+//! written with zeros and synced off the writer's thread, so commits into it were pure data
+//! syncs; since, only allocated, with the zeroer ahead of small groups as in the first).
 //!
 //! ```sh
 //! cargo run --release -p lapilli-core --example commit_floor -- [DIR] [SECONDS]

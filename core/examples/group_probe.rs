@@ -2,9 +2,10 @@
 //! append latency. Each writer appends one 256-byte event at a time (two tags, no condition) with
 //! `fsync` durability, into a new store's first segment (only allocated: the writer zeros ahead
 //! of itself in it, `log/zero_ahead.rs`), or with `PREFILL=1` into a prepared second segment
-//! (the first, of 64 MiB, filled beforehand), for comparing the two. `EVICT=1` (with
-//! `PREFILL=1`) then drops the store's pages from the page cache before the writers start, as
-//! other I/O or a long run would: the prepared segment's zeros are then on disk only.
+//! (the first, of 64 MiB, filled beforehand). Since 2026-12-03 a prepared segment is only
+//! allocated too, and the prefill's large groups pause the zeroer for a score of groups, so the
+//! two differ only in that. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
+//! page cache before the writers start, as other I/O or a long run would.
 //!
 //! ```sh
 //! cargo run --release -p lapilli-core --example group_probe -- [WRITERS] [SECONDS] [DIR]

@@ -146,7 +146,7 @@ impl Store {
             .spawn(move || seal::run(sealer_queue, sealer_published, file_mode, part_bytes, found_parts))
             .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
         let active = recovered.active;
-        let zero_ahead = ZeroAhead::start_if_needed(&active.file, &active.path, active.end, active.capacity, options.durability);
+        let zero_ahead = ZeroAhead::start_if_needed(&active.file, &active.path, active.end, active.capacity, options.durability, 0);
         let writer = Writer {
             published: published.clone(),
             active,

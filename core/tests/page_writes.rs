@@ -86,7 +86,7 @@ fn appending_into_written_zeros_the_cache_let_go_reads_no_page_of_them() {
     let store = Store::open(&store_dir, options.clone()).unwrap();
     store.append(vec![Event::new("First", ["n:0"], vec![1u8; 64])], None).unwrap();
     store.close().unwrap();
-    // The free space as a prepared segment's, or the zeroer's window, has it: zeros written and
+    // The free space as the zeroer's window (or a segment prepared before 2026-12-03) has it: zeros written and
     // on disk (an unwritten extent would read nothing either way).
     let segment = common::segment_path(&store_dir, 1);
     let file = OpenOptions::new().read(true).write(true).open(&segment).unwrap();

@@ -1,6 +1,6 @@
-//! The writer's zeroer (`log/zero_ahead.rs`) as a store runs it: in a store's first segment with
-//! `fsync` durability, not with `buffered`, not in a prepared segment, and gone once the first
-//! segment is full. One test in this file: it counts the process's zeroer threads.
+//! The writer's zeroer (`log/zero_ahead.rs`) as a store runs it: in every segment with `fsync`
+//! durability (one at a time), not with `buffered`, and writing no zeros ahead of a bulk load's
+//! large groups. One test in this file: it counts the process's zeroer threads.
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -31,8 +31,19 @@ fn event(n: u32) -> Event {
     Event::new("Filled", [format!("n:{n}")], n.to_le_bytes().repeat(256))
 }
 
+/// The first hole (unwritten or sparse space) of the file at or after `from`, and whether any
+/// data (written blocks) follows it.
+fn hole_and_data_after(path: &std::path::Path, from: u64) -> (i64, bool) {
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: plain syscalls on a descriptor we own.
+    let hole = unsafe { libc::lseek(file.as_raw_fd(), from as libc::off_t, libc::SEEK_HOLE) };
+    let data = unsafe { libc::lseek(file.as_raw_fd(), hole, libc::SEEK_DATA) };
+    (hole, data >= 0)
+}
+
 #[test]
-fn the_zeroer_runs_in_a_first_segment_with_fsync_durability_until_it_is_full() {
+fn the_zeroer_runs_in_each_segment_with_fsync_durability_and_not_ahead_of_large_groups() {
     let dir = tempfile::tempdir().unwrap();
     if !common::zeroes_ahead_here(dir.path()) {
         return;
@@ -47,6 +58,7 @@ fn the_zeroer_runs_in_a_first_segment_with_fsync_durability_until_it_is_full() {
     assert_eq!(zeroers(), 0, "with buffered durability no commit waits for a sync");
     buffered.close().unwrap();
 
+    // Groups of 16 KiB: small, zeroed ahead of.
     let path = dir.path().join("fsync");
     let store = Store::open(&path, options(Durability::Fsync)).unwrap();
     wait_for_zeroers(1);
@@ -56,23 +68,56 @@ fn the_zeroer_runs_in_a_first_segment_with_fsync_durability_until_it_is_full() {
         n += 16;
         if n == 1024 {
             assert_eq!(zeroers(), 1, "1 MiB into a 16 MiB segment, the zeroer is at work");
+            // The writer is about 1.1 MiB in; the zeroer keeps up to 8 MiB past it written.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while hole_and_data_after(&common::segment_path(&path, 1), 4096).0 < 4 << 20 {
+                assert!(Instant::now() < deadline, "no zeros were written ahead of small groups");
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
-    // It stopped at the segment's end, or at the roll-over if the writer was ahead of it.
-    wait_for_zeroers(0);
+    // The first segment's zeroer stopped at the roll-over, the second segment has its own.
+    wait_for_zeroers(1);
     let read: Vec<u32> = store
         .read(&Query::all(), ReadOptions::default())
         .unwrap()
         .map(|e| u32::from_le_bytes(e.unwrap().data[..4].try_into().unwrap()))
         .collect();
-    assert_eq!(read, (0..n).collect::<Vec<_>>());
+    assert_eq!(read, (0..n).collect::<Vec<_>>(), "the zeroer wrote over committed bytes");
+    store.close().unwrap();
+    assert_eq!(zeroers(), 0, "closing the store stops its zeroer");
+
+    // A bulk load (groups of 256 KiB) into its second segment leaves the free space after its
+    // bytes unwritten: the preparer writes no zeros, and the zeroer none ahead of large groups
+    // (their average is carried over the roll-over).
+    let bulk = dir.path().join("bulk");
+    let store = Store::open(&bulk, options(Durability::Fsync)).unwrap();
+    let big = |m: u32| Event::new("Big", [format!("n:{m}")], m.to_le_bytes().repeat(1024));
+    let mut m = 0;
+    while store.stats().unwrap().segments == 1 {
+        store.append((m..m + 64).map(big).collect(), None).unwrap();
+        m += 64;
+    }
+    let second = common::segment_files(&bulk).pop().unwrap();
+    let (hole, _) = hole_and_data_after(&second, 4096);
+    for _ in 0..16 {
+        store.append((m..m + 64).map(big).collect(), None).unwrap();
+        m += 64;
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let (hole_after, data_after) = hole_and_data_after(&second, 4096);
+    assert!(hole < 1 << 20, "the second segment was written ahead before the bulk load reached it ({hole})");
+    assert!((4 << 20..6 << 20).contains(&hole_after), "the bulk load's 4 MiB and no more were written (up to {hole_after})");
+    assert!(!data_after, "zeros were written ahead of large groups, past {hole_after}");
+    assert_eq!(store.read(&Query::all(), ReadOptions::default()).unwrap().count(), m as usize);
     store.close().unwrap();
 
-    // Reopened, the active segment is the prepared one: written through, nothing to zero.
+    // Reopened, the active segment has unwritten space past its end: a zeroer again.
     let store = Store::open(&path, options(Durability::Fsync)).unwrap();
-    for m in n..n + 200 {
-        store.append(vec![event(m)], None).unwrap();
+    wait_for_zeroers(1);
+    for k in n..n + 200 {
+        store.append(vec![event(k)], None).unwrap();
     }
-    assert_eq!(zeroers(), 0, "a prepared segment has no unwritten space");
     store.close().unwrap();
+    assert_eq!(zeroers(), 0, "closing the store stops its zeroer");
 }

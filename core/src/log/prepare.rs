@@ -1,24 +1,26 @@
 //! The next segment, prepared off the writer's thread before the active one fills.
 //!
-//! A segment that is only allocated (`posix_fallocate`) has unwritten extents: the first write
-//! into each block converts it, so the `fdatasync` of a group commit also has to commit the
-//! filesystem's journal. A prepared segment has every byte written (zeros) and synced before the
-//! writer gets it, so commits into it are pure data syncs; and the roll-over itself is a header
-//! write, one data sync, a rename and a directory sync instead of creating, allocating, syncing
-//! and mapping a whole file on the writer's thread.
+//! Creating a segment (the file, its allocation, a sync and a mapping) takes milliseconds, too
+//! long for the writer's thread, where every caller waits. So the next file is created,
+//! allocated (`posix_fallocate`), synced and mapped ahead on a thread of its own, and the
+//! roll-over itself is a header write, one data sync, a rename and a directory sync.
+//!
+//! Its space is left unwritten: the writer's zeroer (`log/zero_ahead.rs`) writes zeros ahead
+//! of the commits in it while they are small, where a commit into unwritten blocks would cost
+//! a journal commit. Writing the whole file with zeros here, as this did until 2026-12-03,
+//! wrote every byte of the log twice: with large groups that halved what the disk could take
+//! (bench/README.md, "Zeros only where commits are small").
 //!
 //! The next segment's base is only known at roll-over (it is the head + 1 then), so the file is
 //! prepared under a name no segment has ([`PREPARED_FILE`]) and renamed into place once its
 //! header is durable: a crash leaves either no new segment, or one with a durable header and
-//! zeros after it. A prepared file nobody installed is removed when the writer stops, or, after a
-//! crash, by the next writable open.
+//! zeros (unwritten space reads as zeros) after it. A prepared file nobody installed is removed
+//! when the writer stops, or, after a crash, by the next writable open.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
@@ -29,10 +31,6 @@ use crate::log::segment::{FileBytes, open_with_mode, sync_dir};
 /// The name of the file a segment is prepared under.
 pub const PREPARED_FILE: &str = "next-segment.prepared";
 
-/// Zeros written (and flushed) per step while preparing: small steps keep each burst of
-/// writeback short, so a group commit's fsync never queues behind megabytes of zeros.
-pub(crate) const ZERO_CHUNK: usize = 256 << 10;
-
 /// Prepares segment files on its own thread, one at a time, on request.
 pub(crate) struct SegmentPreparer {
     dir: PathBuf,
@@ -41,7 +39,6 @@ pub(crate) struct SegmentPreparer {
     prepared: Receiver<Result<(File, FileBytes)>>,
     /// A request is out and its answer not yet taken.
     pending: bool,
-    cancel: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -50,13 +47,12 @@ impl SegmentPreparer {
     pub fn start(dir: &Path, size: u64, mode: u32) -> Result<SegmentPreparer> {
         let (requests, incoming) = channel::<()>();
         let (answers, prepared) = channel();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let (path, stop) = (dir.join(PREPARED_FILE), cancel.clone());
+        let path = dir.join(PREPARED_FILE);
         let thread = std::thread::Builder::new()
             .name("lapilli-prepare".into())
             .spawn(move || {
                 for () in incoming {
-                    if answers.send(prepare(&path, size, mode, &stop)).is_err() {
+                    if answers.send(prepare(&path, size, mode)).is_err() {
                         break;
                     }
                 }
@@ -68,7 +64,6 @@ impl SegmentPreparer {
             requests: Some(requests),
             prepared,
             pending: false,
-            cancel,
             thread: Some(thread),
         })
     }
@@ -144,7 +139,6 @@ pub(crate) enum InstallError {
 
 impl Drop for SegmentPreparer {
     fn drop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
         self.requests.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -155,50 +149,47 @@ impl Drop for SegmentPreparer {
     }
 }
 
-/// Writes `size` bytes of zeros to a fresh file at `path`, syncs it and maps it (so that the
-/// roll-over has nothing left to fail after the rename). The header is left to the roll-over:
-/// it holds the base.
-fn prepare(path: &Path, size: u64, mode: u32, cancel: &AtomicBool) -> Result<(File, FileBytes)> {
+/// Creates a fresh file of `size` bytes at `path`, allocated (its space unwritten), synced and
+/// mapped, so that the roll-over has nothing left to fail after the rename. The header is left
+/// to the roll-over: it holds the base.
+fn prepare(path: &Path, size: u64, mode: u32) -> Result<(File, FileBytes)> {
     let cannot = |e: &io::Error| Error::io(format_args!("cannot prepare segment {}", path.display()), e);
     let file = open_with_mode(path, OpenOptions::new().read(true).write(true).create(true).truncate(true), mode)
         .map_err(|e| cannot(&e))?;
-    crate::fault::io_point("segment.preallocate").map_err(|e| cannot(&e))?;
-    let zeros = vec![0u8; ZERO_CHUNK];
-    let mut at = 0u64;
-    while at < size {
-        if cancel.load(Ordering::Relaxed) {
-            return Err(cannot(&io::Error::other("cancelled")));
-        }
-        let len = (size - at).min(ZERO_CHUNK as u64) as usize;
-        file.write_all_at(&zeros[..len], at).map_err(|e| cannot(&e))?;
-        write_out(&file, at, len).map_err(|e| cannot(&e))?;
-        at += len as u64;
-    }
-    file.sync_all().map_err(|e| cannot(&e))?;
+    crate::fault::io_point("segment.preallocate")
+        .and_then(|_| reserve(&file, size))
+        .and_then(|_| file.sync_all())
+        .map_err(|e| cannot(&e))?;
     let log = FileBytes::map(path, &file)?;
     Ok((file, log))
 }
 
-/// Writes a chunk of zeros just written out to the device and waits for it, so that preparing a
-/// segment never leaves more than a chunk of dirty pages for the writer's next fsync to flush
-/// (`sync_file_range`; its durability comes from the `sync_all` at the end).
+/// Reserves the file's blocks: `posix_fallocate`, or where the file system has none (the
+/// sparse fallback of a store's first segment, and macOS), zeros written through, so that a
+/// full disk shows here (a roll-over that can be retried) and not in a commit (which poisons
+/// the writer). No zeroer runs on those file systems.
 #[cfg(target_os = "linux")]
-pub(crate) fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
-    // SAFETY: plain syscall on a descriptor we own for the duration of the call.
-    let flushed = unsafe {
-        libc::sync_file_range(
-            std::os::unix::io::AsRawFd::as_raw_fd(file),
-            at as libc::off64_t,
-            len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-        )
-    };
-    if flushed != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+fn reserve(file: &File, size: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
+    match unsafe { libc::posix_fallocate(std::os::unix::io::AsRawFd::as_raw_fd(file), 0, size as libc::off_t) } {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => write_zeros(file, size),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
 }
 
-/// Elsewhere there is no range write-out: the pages stay dirty until the `sync_all` at the end
-/// (the same durability; the writer's fsync may meet more dirty pages of this file).
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn write_out(_file: &File, _at: u64, _len: usize) -> io::Result<()> {
+fn reserve(file: &File, size: u64) -> io::Result<()> {
+    write_zeros(file, size)
+}
+
+fn write_zeros(file: &File, size: u64) -> io::Result<()> {
+    let zeros = vec![0u8; 256 << 10];
+    let mut at = 0u64;
+    while at < size {
+        let len = (size - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..len], at)?;
+        at += len as u64;
+    }
     Ok(())
 }

@@ -1,13 +1,13 @@
-//! Zeros written ahead of the writer inside an active segment that is only allocated.
+//! Zeros written ahead of the writer inside an active segment, while its commits are small.
 //!
-//! A store's first segment is created with `posix_fallocate`, and a segment reopened as active
-//! may be one too: its free space is unwritten extents. A group commit whose bytes reach a block
-//! nobody wrote before converts it, and its `fdatasync` then commits the file system's journal as
-//! well as the data. One writer of small events meets a new block every sixteenth commit or so;
-//! from 16 writers on, nearly every group is 4 KiB or more and meets one each time. Measured
-//! (`bench/README.md`, "Zeros ahead of the writer"): 16 unbatched writers made 32k appends/s
-//! with a p50 fsync of 319 us in a fresh store's first segment, and 54k with 143 us in a
-//! prepared one.
+//! Every segment is only allocated (`posix_fallocate`: a store's first, and each one the
+//! preparer makes, `log/prepare.rs`): its free space is unwritten extents. A group commit whose
+//! bytes reach a block nobody wrote before converts it, and its `fdatasync` then commits the
+//! file system's journal as well as the data. One writer of small events meets a new block every
+//! sixteenth commit or so; from 16 writers on, nearly every group is 4 KiB or more and meets one
+//! each time. Measured (`bench/README.md`, "Zeros ahead of the writer"): 16 unbatched writers
+//! made 32k appends/s with a p50 fsync of 319 us in unwritten space, and 54k with 143 us in
+//! zeros written before.
 //!
 //! So a thread keeps the next few MiB past the writer's end written with zeros, flushed and
 //! synced, in [`ZERO_CHUNK`] steps, and the writer's commits land in converted blocks. It runs
@@ -16,6 +16,16 @@
 //! overwrite allocates anew), and only once the writer has written [`ARM_AFTER`] past the point
 //! the segment was opened at (until then the thread waits, and a store that takes a few
 //! appends, such as a test's, has no zeros written for it).
+//!
+//! **Only while the groups are small.** Zeros make the disk write every byte of the log twice.
+//! A journal commit costs a sync a fixed 150 to 200 us or so, while a group of 256 KiB takes the
+//! disk about 800 us to write (at this machine's 330 MB/s): past some tens of KiB a group,
+//! writing it again costs more than the journal commit it spares, and with large groups the
+//! disk's bandwidth is what bounds appends. So the zeroer pauses while the writer's groups
+//! average [`LARGE_GROUP`] or more (over the last eight or so), and the writer's commits then
+//! convert the blocks they reach. Measured (bench/README.md, "Zeros only where commits are
+//! small"): W1 batch 512 from 16 writers 547k to 664k events/s with zeros everywhere, 781k to
+//! 904k with them paused; unbatched writers the same either way.
 //!
 //! Zeros written over a commit would destroy it, so the two agree on ranges: the zeroer claims a
 //! range only at or past the writer's reserved end (rounded up to a page, so the page holding the
@@ -32,15 +42,19 @@
 //! error of the zeroer's pages (errors are kept per file), and is poisoned by it as by any other.
 
 use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use crate::log::prepare::{ZERO_CHUNK, write_out};
 use crate::log::segment::PAGE_BYTES;
 use crate::options::Durability;
+
+/// Zeros written (and flushed) per step: small steps keep each burst of writeback short, so a
+/// group commit's fsync never queues behind megabytes of zeros.
+const ZERO_CHUNK: usize = 256 << 10;
 
 /// How far past the writer's end the zeroer keeps the segment written.
 const WINDOW: u64 = 8 << 20;
@@ -52,6 +66,11 @@ const ARM_AFTER: u64 = 64 << 10;
 /// When the writer has caught up with the zeroer, the zeroer starts again this far past the
 /// writer's end, so the writer's next commits do not wait for its first step.
 const LEAD: u64 = 64 << 10;
+/// The zeroer pauses while the writer's groups average this many bytes or more (see the
+/// module's doc): with 256-byte events, from about 200 events a group. Measured groups of the
+/// harness's cells: 5 to 115 events unbatched (8 to 128 writers), 550 to 23,000 batched by 64 or
+/// 512 from 16 or 64 writers.
+const LARGE_GROUP: u64 = 64 << 10;
 
 /// The zeroer of one active segment; dropping it waits for the step under way and stops it.
 pub(crate) struct ZeroAhead {
@@ -65,6 +84,9 @@ struct Shared {
     /// The zeroer never writes below this offset again (`u64::MAX` once it has stopped): the
     /// writer may write below it without asking. Only raised, and only under `state`'s lock.
     frontier: AtomicU64,
+    /// The bytes of the writer's recent groups, averaged (each new group weighs 1/8); the writer
+    /// alone stores it.
+    group_bytes: AtomicU64,
 }
 
 struct State {
@@ -76,6 +98,9 @@ struct State {
     armed_at: u64,
     capacity: u64,
     stop: bool,
+    /// The writer's groups were large when it last took the lock: zeros cost the disk more
+    /// than they spare the commits, so none are written.
+    large_groups: bool,
     /// A pause between claiming a range and writing it, so a test can put a write of the writer
     /// into it.
     #[cfg(test)]
@@ -86,9 +111,10 @@ impl ZeroAhead {
     /// A zeroer for the active segment at `path` whose committed bytes end at `end`, if it would
     /// pay (see the module's doc): `fsync` durability, and unwritten space past the end (found
     /// with `SEEK_HOLE`, which reports unwritten extents as holes) on ext4 or XFS. None for a
-    /// written-through (prepared) segment, or if the zeroer cannot start: commits are then only
-    /// slower.
-    pub fn start_if_needed(file: &File, path: &Path, end: u64, capacity: u64, durability: Durability) -> Option<ZeroAhead> {
+    /// segment written through to its end (by an earlier zeroer, or a segment prepared before
+    /// 2026-12-03, which was written with zeros whole), or if the zeroer cannot start: commits
+    /// are then only slower. The writer starts one at open and at each roll-over.
+    pub fn start_if_needed(file: &File, path: &Path, end: u64, capacity: u64, durability: Durability, group_bytes: u64) -> Option<ZeroAhead> {
         if durability != Durability::Fsync || end + ARM_AFTER >= capacity || !zeros_pay_on(file) {
             return None;
         }
@@ -101,12 +127,14 @@ impl ZeroAhead {
                 armed_at: end + ARM_AFTER,
                 capacity,
                 stop: false,
+                large_groups: false,
                 #[cfg(test)]
                 pause_before_write: std::time::Duration::ZERO,
             }),
             changed: Condvar::new(),
             // What an earlier session zeroed is not zeroed again.
             frontier: AtomicU64::new(first_hole / PAGE_BYTES * PAGE_BYTES),
+            group_bytes: AtomicU64::new(group_bytes),
         });
         let zeroer = shared.clone();
         let thread = std::thread::Builder::new()
@@ -116,21 +144,42 @@ impl ZeroAhead {
         Some(ZeroAhead { shared, thread: Some(thread) })
     }
 
-    /// Called by the writer before it writes `from..to` of the segment: reserves the range,
-    /// waits until no zeroing step covers it, and keeps the zeroer `WINDOW` ahead.
+    /// Called by the writer before it writes `from..to` of the segment (one group): reserves the
+    /// range, waits until no zeroing step covers it, and keeps the zeroer `WINDOW` ahead, or
+    /// paused while the groups are large. Past the frontier (large groups) it takes the lock at
+    /// every group within `LOW_WATER` of the frontier, or past it while paused (large groups
+    /// are few).
     pub fn before_write(&self, from: u64, to: u64) {
+        // Capped, so that one huge batch does not keep the zeroer paused for the many small
+        // groups after it (review): after any large groups, a dozen or so small ones resume it.
+        let group = (to - from).min(2 * LARGE_GROUP);
+        let average = self.shared.group_bytes.load(Ordering::Relaxed);
+        // The first group (of a store's first writer) sets it whole: a bulk load's first large
+        // groups are not zeroed for. A segment after a roll-over starts from its predecessor's.
+        let average = if average == 0 { group } else { average - average / 8 + group / 8 };
+        self.shared.group_bytes.store(average, Ordering::Relaxed);
         if to.saturating_add(LOW_WATER) <= self.shared.frontier.load(Ordering::Acquire) {
             return;
         }
         let mut state = self.shared.lock();
+        let was_large = std::mem::replace(&mut state.large_groups, average >= LARGE_GROUP);
         // Reserved before the wait, so the zeroer's next claim starts past it: the writer waits
         // for at most the step under way.
         state.writer_end = state.writer_end.max(to);
         while state.claim.is_some_and(|(start, end)| start < to && from < end) {
             state = self.shared.changed.wait(state).unwrap_or_else(|p| p.into_inner());
         }
+        // A paused zeroer that stays paused has nothing to do: not woken at every large group.
+        let wake = !(was_large && state.large_groups);
         drop(state);
-        self.shared.changed.notify_all();
+        if wake {
+            self.shared.changed.notify_all();
+        }
+    }
+
+    /// The writer's average group, for the zeroer of the segment it rolls over into.
+    pub fn group_bytes(&self) -> u64 {
+        self.shared.group_bytes.load(Ordering::Relaxed)
     }
 
     /// Claims no more ranges (the step under way finishes); the writer calls it when it leaves
@@ -216,9 +265,9 @@ impl Shared {
     }
 
     /// The next range to zero: from the frontier, or just past the writer if it has caught up,
-    /// while that is within `WINDOW` of the writer's end.
+    /// while that is within `WINDOW` of the writer's end and its groups are small.
     fn next_step(&self, state: &State) -> Step {
-        if state.writer_end < state.armed_at {
+        if state.writer_end < state.armed_at || state.large_groups {
             return Step::Wait;
         }
         let frontier = self.frontier.load(Ordering::Acquire);
@@ -303,6 +352,29 @@ fn zeros_pay_on(_file: &File) -> bool {
     false
 }
 
+/// Writes a step of zeros just copied out to the device and waits for it, so that the zeroer
+/// never leaves more than a step of dirty pages for the writer's next fsync to flush
+/// (`sync_file_range`; its durability comes from the `sync_data` after it).
+#[cfg(target_os = "linux")]
+fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
+    // SAFETY: plain syscall on a descriptor we own for the duration of the call.
+    let flushed = unsafe {
+        libc::sync_file_range(
+            std::os::unix::io::AsRawFd::as_raw_fd(file),
+            at as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )
+    };
+    if flushed != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Elsewhere there is no range write-out (and no zeroer: see `zeros_pay_on`).
+#[cfg(not(target_os = "linux"))]
+fn write_out(_file: &File, _at: u64, _len: usize) -> io::Result<()> {
+    Ok(())
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -322,7 +394,7 @@ mod tests {
     }
 
     fn start(file: &File, path: &Path, end: u64, capacity: u64) -> ZeroAhead {
-        ZeroAhead::start_if_needed(file, path, end, capacity, Durability::Fsync).expect("allocated space is unwritten")
+        ZeroAhead::start_if_needed(file, path, end, capacity, Durability::Fsync, 0).expect("allocated space is unwritten")
     }
 
     fn unwritten_at(file: &File, from: u64, capacity: u64) -> bool {
@@ -363,6 +435,42 @@ mod tests {
         assert!(unwritten_at(&file, end + 2 * WINDOW, capacity), "the zeroer went further than its window");
     }
 
+    /// Large groups pause the zeroer (zeros would make the disk write their bytes twice); small
+    /// ones after them start it again, from just past the writer.
+    #[test]
+    fn large_groups_are_not_zeroed_for_and_small_ones_are_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let capacity = 64 << 20;
+        let Some((file, path)) = allocated(dir.path(), capacity) else { return };
+        let zero_ahead = start(&file, &path, 4096, capacity);
+        let mut end = 4096u64;
+        let large = vec![0xA5u8; 2 * LARGE_GROUP as usize];
+        while end < (8 << 20) {
+            zero_ahead.before_write(end, end + large.len() as u64);
+            file.write_all_at(&large, end).unwrap();
+            end += large.len() as u64;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // SAFETY: plain syscall on a descriptor we own.
+        let data = unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(&file), end as libc::off_t, libc::SEEK_DATA) };
+        assert_eq!(data, -1, "zeros were written ahead of large groups, at {data}");
+        // Small groups: the average falls below the threshold after a dozen or so.
+        let small = vec![0x5Au8; 1000];
+        for _ in 0..64 {
+            zero_ahead.before_write(end, end + small.len() as u64);
+            file.write_all_at(&small, end).unwrap();
+            end += small.len() as u64;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while zero_ahead.shared.frontier.load(Ordering::Acquire) < end + WINDOW / 2 {
+            assert!(std::time::Instant::now() < deadline, "the zeroer did not start again");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        drop(zero_ahead);
+        let converted_to = end.next_multiple_of(PAGE_BYTES) + LEAD + PAGE_BYTES;
+        assert!(!unwritten_at(&file, converted_to, end + WINDOW / 2), "no zeros ahead of the small groups");
+    }
+
     #[test]
     fn a_store_that_writes_little_is_not_zeroed() {
         let dir = tempfile::tempdir().unwrap();
@@ -396,12 +504,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let Some((file, path)) = allocated(dir.path(), 1 << 20) else { return };
         // Buffered durability: no commit waits for a sync.
-        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20, Durability::Buffered).is_none());
+        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20, Durability::Buffered, 0).is_none());
         // A written-through (prepared) segment.
         file.write_all_at(&vec![0u8; 1 << 20], 0).unwrap();
         file.sync_all().unwrap();
         // SAFETY: plain syscall on a descriptor we own; its pages are clean.
         unsafe { libc::posix_fadvise(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20, Durability::Fsync).is_none());
+        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20, Durability::Fsync, 0).is_none());
     }
 }

@@ -88,8 +88,9 @@ pub(crate) struct Writer {
     pub part_bytes: u64,
     /// Prepares the next segment (of `segment_size`) while the active one fills.
     pub next_segment: SegmentPreparer,
-    /// Keeps the blocks past the end written with zeros while the active segment is one that was
-    /// only allocated (a store's first); None in a prepared one.
+    /// Keeps the blocks past the end written with zeros while the writer's groups are small
+    /// (`log/zero_ahead.rs`); None where that cannot pay (buffered durability, a file system
+    /// without unwritten extents, a segment written through already).
     pub zero_ahead: Option<ZeroAhead>,
     pub durability: Durability,
     /// Last committed position.
@@ -322,7 +323,7 @@ impl Writer {
         self.active.end += staged.bytes.len() as u64;
         self.active.chain = staged.chain;
         if self.active.end * 2 >= self.active.capacity {
-            // Half full: have the next segment ready (written and synced) before it is needed.
+            // Half full: have the next segment ready (allocated, synced and mapped) before it is needed.
             self.next_segment.request();
         }
         self.head += staged.event_frames.len() as u64;
@@ -395,7 +396,8 @@ impl Writer {
     ///
     /// Why the padding: a write that covers only part of a page the page cache does not hold
     /// makes the kernel read that page from disk first, inside the commit. The free space of an
-    /// active segment is written zeros (a prepared segment, or the zeroer's window), and once
+    /// active segment is written zeros where the zeroer has been (or a whole segment prepared
+    /// before 2026-12-03; unwritten blocks need no read), and once
     /// the cache has let those pages go (other I/O, a process that runs for weeks) every group
     /// that reaches a new page waited for such a read (ARCHITECTURE.md, "to the end of its last
     /// page"). Covering the page to its end needs no read. The bytes past the committed end are
@@ -480,8 +482,10 @@ impl Writer {
             }
         };
         let Installed { file, path, log, header_crc: chain } = installed;
-        // The new segment was prepared with zeros: the old one's zeroer is done.
-        self.zero_ahead = None;
+        // The old segment's zeroer is done (joined here: at most the rest of one step); the new
+        // segment is only allocated, and gets its own (`log/zero_ahead.rs`), which starts from
+        // the groups' average so far (a bulk load's next segment is not zeroed for at first).
+        let group_bytes = self.zero_ahead.take().map_or(0, |zero_ahead| zero_ahead.group_bytes());
         log.advise_point_reads(); // as at open
         let index = Arc::new(TailIndex::new());
         let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), Arc::new(log), SegmentIndex::Tail(index.clone())));
@@ -507,6 +511,8 @@ impl Writer {
             chain,
             capacity: self.next_segment.size(),
         };
+        let active = &self.active;
+        self.zero_ahead = ZeroAhead::start_if_needed(&active.file, &active.path, active.end, active.capacity, self.durability, group_bytes);
         Ok(())
     }
 }
