@@ -3,8 +3,9 @@
 //! `fsync` durability, into a new store's first segment (only allocated: the writer zeros ahead
 //! of itself in it, `log/zero_ahead.rs`), or with `PREFILL=1` into a prepared second segment
 //! (the first, of 64 MiB, filled beforehand). Since 2026-12-03 a prepared segment is only
-//! allocated too, and the prefill's large groups pause the zeroer for a score of groups, so the
-//! two differ only in that. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
+//! allocated too, with a zeroer of its own that the writer's first group in it sets going (or,
+//! while the groups are large, not: the prefill's large groups pause it until about six small
+//! groups have come), so the two differ only in that. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
 //! page cache before the writers start, as other I/O or a long run would.
 //!
 //! ```sh

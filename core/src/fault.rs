@@ -9,6 +9,8 @@
 //! Points: `commit.before_write`, `close.fsync` (the final fsync of `close`), `commit.torn_marker` (writes the group but the last bytes of
 //! its final commit marker, then aborts), `commit.short_write` (writes half the group, then
 //! fails), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
+//! `segment.fallocate` (its errno stands for `posix_fallocate`'s: EOPNOTSUPP plays a file system
+//! without it),
 //! `segment.zero_ahead.copy` and `segment.zero_ahead.sync` (a step of the zeroer,
 //! `log/zero_ahead.rs`: its copy of zeros into the page cache, and their flush and sync),
 //! `segment.before_header`, `index.before_rename`, `dir.fsync` (every fsync of a directory).

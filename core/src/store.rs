@@ -15,7 +15,7 @@ use crate::index::{Planner, seal};
 use crate::location::Location;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN};
 use crate::log::prepare::SegmentPreparer;
-use crate::log::zero_ahead::ZeroAhead;
+use crate::log::zero_ahead::{GroupSizes, ZeroAhead};
 use crate::append::{AppendCondition, AppendResult};
 use crate::open::{RecoveryReport, create_store_dir, recover, take_lock};
 use crate::options::{Options, QUEUE_DEPTH};
@@ -146,7 +146,7 @@ impl Store {
             .spawn(move || seal::run(sealer_queue, sealer_published, file_mode, part_bytes, found_parts))
             .map_err(|e| Error::io("cannot start the sealer thread", &e))?;
         let active = recovered.active;
-        let zero_ahead = ZeroAhead::start_if_needed(&active.file, &active.path, active.end, active.capacity, options.durability, 0);
+        let zero_ahead = ZeroAhead::for_reopened(&active.file, &active.path, active.end, active.capacity, options.durability);
         let writer = Writer {
             published: published.clone(),
             active,
@@ -155,8 +155,9 @@ impl Store {
             sealer: to_sealer,
             part_start: recovered.part_start,
             part_bytes: options.part_bytes,
-            next_segment: SegmentPreparer::start(&path, options.segment_size, options.file_mode)?,
+            next_segment: SegmentPreparer::start(&path, options.segment_size, options.file_mode, options.durability)?,
             zero_ahead,
+            group_sizes: GroupSizes::default(),
             durability: options.durability,
             head,
             last_recorded_at: recovered.last_recorded_at,

@@ -621,6 +621,62 @@ fn enospc_on_preallocation_fails_the_append_and_the_store_still_reopens() {
     store.close().unwrap();
 }
 
+/// Where the file system cannot allocate a segment's blocks, the preparer writes the next
+/// segment through with zeros, so a full disk shows in the roll-over (which can be retried) and
+/// not in a commit (which poisons the writer); where it can, the segment is only allocated.
+#[test]
+fn a_segment_that_cannot_be_allocated_is_written_through_with_zeros() {
+    let _serial = serial();
+    // `buffered`: no zeroer writes in the segment, so what is written is the preparer's doing.
+    let options = Options { durability: Durability::Buffered, segment_size: 1 << 20, ..Options::default() };
+    let first_hole_after_header = |dir: &std::path::Path| {
+        use std::os::unix::io::AsRawFd;
+        let second = common::segment_files(dir).pop().unwrap();
+        let file = std::fs::File::open(&second).unwrap();
+        // SAFETY: plain syscalls on a descriptor we own; clean pages dropped first, since ext4
+        // reports cached pages of an unwritten extent as data.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let hole = unsafe { libc::lseek(file.as_raw_fd(), 4096, libc::SEEK_HOLE) };
+        (hole as u64, file.metadata().unwrap().len())
+    };
+    // Fills a new store's first segment with the fault armed, if `fault`, once the store is
+    // open (so that only the preparer meets it), and checks every event reads back after a
+    // reopen.
+    let fill_two_segments = |dir: &std::path::Path, fault: bool| {
+        let store = Store::open(dir, options.clone()).unwrap();
+        if fault {
+            fault::arm("segment.fallocate", Fault::Errno(95), 0); // EOPNOTSUPP
+        }
+        let mut seq = 0;
+        while store.stats().unwrap().segments < 2 {
+            store.append(batch(1, seq), None).unwrap();
+            seq += 1;
+        }
+        let unused = fault::is_armed("segment.fallocate");
+        fault::disarm_all();
+        assert!(!unused, "the preparer did not allocate");
+        let head = store.head().unwrap().get();
+        store.close().unwrap();
+        let store = Store::open(dir, options.clone()).unwrap();
+        assert_eq!(store.read(&Query::all(), ReadOptions::default()).unwrap().count() as u64, head);
+        store.close().unwrap();
+    };
+
+    let without = tempfile::tempdir().unwrap();
+    fill_two_segments(without.path(), true);
+    let (hole, len) = first_hole_after_header(without.path());
+    assert_eq!(hole, len, "the prepared segment has unwritten space at {hole}");
+
+    // The control: with fallocate, the prepared segment's space past the writer is unwritten
+    // (on ext4 and XFS, which report it as a hole).
+    let with = common::disk_tempdir();
+    if common::zeroes_ahead_here(with.path()) {
+        fill_two_segments(with.path(), false);
+        let (hole, len) = first_hole_after_header(with.path());
+        assert!(hole < len, "an allocated segment was written through");
+    }
+}
+
 /// A write that fails part-way poisons the writer (it is not rewound: a follower may already
 /// have accepted the whole batches that landed); a reopen recovers what is in the file.
 #[test]

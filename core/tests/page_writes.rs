@@ -69,15 +69,7 @@ fn partial_page_writes_read_here(dir: &Path) -> bool {
 
 #[test]
 fn appending_into_written_zeros_the_cache_let_go_reads_no_page_of_them() {
-    // In the build's own directory rather than /tmp, which may be a tmpfs (nothing to test),
-    // unless that directory is gone since the build; in LAPILLI_TEST_DISK_DIR when it is set
-    // (`scripts/test-on-filesystems.sh` sets it to the file system it tests).
-    let build_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let dir = match std::env::var_os("LAPILLI_TEST_DISK_DIR") {
-        Some(disk) => tempfile::tempdir_in(disk),
-        None => tempfile::tempdir_in(if build_tmp.is_dir() { build_tmp.to_path_buf() } else { std::env::temp_dir() }),
-    }
-    .unwrap();
+    let dir = common::disk_tempdir();
     if !partial_page_writes_read_here(dir.path()) {
         return;
     }

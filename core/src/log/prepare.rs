@@ -5,11 +5,15 @@
 //! allocated (`posix_fallocate`), synced and mapped ahead on a thread of its own, and the
 //! roll-over itself is a header write, one data sync, a rename and a directory sync.
 //!
-//! Its space is left unwritten: the writer's zeroer (`log/zero_ahead.rs`) writes zeros ahead
-//! of the commits in it while they are small, where a commit into unwritten blocks would cost
-//! a journal commit. Writing the whole file with zeros here, as this did until 2026-12-03,
-//! wrote every byte of the log twice: with large groups that halved what the disk could take
-//! (bench/README.md, "Zeros only where commits are small").
+//! Its space is left unwritten: the segment's zeroer (`log/zero_ahead.rs`), started here with
+//! the file and handed to the writer with it, writes zeros ahead of the commits in it while they
+//! are small, where a commit into unwritten blocks would cost a journal commit. Writing the
+//! whole file with zeros here, as this did until 2026-12-03, wrote every byte of the log twice:
+//! with large groups that halved what the disk could take (bench/README.md, "Zeros only where
+//! commits are small"). Only where `posix_fallocate` cannot reserve blocks (it reports
+//! EOPNOTSUPP or EINVAL: musl, or a file system refusing it; glibc writes a byte per block
+//! instead, which reserves them) or off Linux are zeros written through here, so that a full
+//! disk fails the roll-over (which can be retried) and not a commit (which poisons the writer).
 //!
 //! The next segment's base is only known at roll-over (it is the head + 1 then), so the file is
 //! prepared under a name no segment has ([`PREPARED_FILE`]) and renamed into place once its
@@ -21,12 +25,16 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::log::format::{HEADER_LEN, encode_header, segment_file_name};
-use crate::log::segment::{FileBytes, open_with_mode, sync_dir};
+use crate::log::segment::{Allocation, FileBytes, open_with_mode, preallocate, sync_dir, write_out};
+use crate::log::zero_ahead::ZeroAhead;
+use crate::options::Durability;
 
 /// The name of the file a segment is prepared under.
 pub const PREPARED_FILE: &str = "next-segment.prepared";
@@ -36,23 +44,36 @@ pub(crate) struct SegmentPreparer {
     dir: PathBuf,
     size: u64,
     requests: Option<Sender<()>>,
-    prepared: Receiver<Result<(File, FileBytes)>>,
+    prepared: Receiver<Result<Prepared>>,
     /// A request is out and its answer not yet taken.
     pending: bool,
+    /// Set when the writer stops: a preparation still writing zeros through gives up.
+    stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
+/// A file ready to become a segment: allocated, synced, mapped, and its zeroer started (if it
+/// pays), waiting for the writer's first group.
+struct Prepared {
+    file: File,
+    log: FileBytes,
+    zero_ahead: Option<ZeroAhead>,
+}
+
 impl SegmentPreparer {
-    /// Prepares segments of `size` bytes with permission bits `mode`.
-    pub fn start(dir: &Path, size: u64, mode: u32) -> Result<SegmentPreparer> {
+    /// Prepares segments of `size` bytes with permission bits `mode`, for a writer with
+    /// `durability` (which decides whether they get a zeroer).
+    pub fn start(dir: &Path, size: u64, mode: u32, durability: Durability) -> Result<SegmentPreparer> {
         let (requests, incoming) = channel::<()>();
         let (answers, prepared) = channel();
         let path = dir.join(PREPARED_FILE);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = stopping.clone();
         let thread = std::thread::Builder::new()
             .name("lapilli-prepare".into())
             .spawn(move || {
                 for () in incoming {
-                    if answers.send(prepare(&path, size, mode)).is_err() {
+                    if answers.send(prepare(&path, size, mode, durability, &stop)).is_err() {
                         break;
                     }
                 }
@@ -64,6 +85,7 @@ impl SegmentPreparer {
             requests: Some(requests),
             prepared,
             pending: false,
+            stopping,
             thread: Some(thread),
         })
     }
@@ -81,8 +103,8 @@ impl SegmentPreparer {
         }
     }
 
-    /// The next segment, named for `base`, with its mapping and its header's CRC (the chain
-    /// seed of its first record): waits for the preparation (starting it if nobody asked yet),
+    /// The next segment, named for `base`, with its mapping, its zeroer and its header's CRC
+    /// (the chain seed of its first record): waits for the preparation (starting it if nobody asked yet),
     /// writes and syncs the header, renames the file into place and syncs the directory. An
     /// error before the rename leaves no segment behind (the next roll-over prepares again); an
     /// error after it is [`InstallError::Poison`] (the file exists, and whether its name is
@@ -93,7 +115,9 @@ impl SegmentPreparer {
         let prepared = self.prepared.recv().map_err(|_| {
             InstallError::Retry(Error::io("the segment preparer stopped", &io::Error::other("stopped")))
         })?;
-        let (file, log) = prepared.map_err(InstallError::Retry)?;
+        // On an error below, dropping `prepared` stops its zeroer, which has written nothing:
+        // it waits for the writer's first group.
+        let Prepared { file, log, zero_ahead } = prepared.map_err(InstallError::Retry)?;
         let from = self.dir.join(PREPARED_FILE);
         let path = self.dir.join(segment_file_name(base));
         let cannot = |e: &io::Error| Error::io(format_args!("cannot create segment {}", path.display()), e);
@@ -115,7 +139,7 @@ impl SegmentPreparer {
         // which poisons (everything else, the mapping included, was done before the rename).
         sync_dir(&self.dir).map_err(InstallError::Poison)?;
         let header_crc = u32::from_le_bytes(header[HEADER_LEN - 4..].try_into().unwrap());
-        Ok(Installed { file, path, log, header_crc })
+        Ok(Installed { file, path, log, header_crc, zero_ahead })
     }
 }
 
@@ -126,6 +150,8 @@ pub(crate) struct Installed {
     pub log: FileBytes,
     /// The CRC of its header, which seeds its first record's.
     pub header_crc: u32,
+    /// Its zeroer (`log/zero_ahead.rs`), started off the writer's thread.
+    pub zero_ahead: Option<ZeroAhead>,
 }
 
 /// Why a roll-over could not take its prepared segment.
@@ -139,10 +165,14 @@ pub(crate) enum InstallError {
 
 impl Drop for SegmentPreparer {
     fn drop(&mut self) {
+        self.stopping.store(true, Ordering::Relaxed);
         self.requests.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        // A segment prepared and never taken: its zeroer (never armed) joined and its file
+        // closed before the file is removed.
+        while self.prepared.try_recv().is_ok() {}
         // A prepared segment nobody installed is not left behind (it can be large): the next
         // writer prepares its own when it needs one.
         let _ = std::fs::remove_file(self.dir.join(PREPARED_FILE));
@@ -150,45 +180,46 @@ impl Drop for SegmentPreparer {
 }
 
 /// Creates a fresh file of `size` bytes at `path`, allocated (its space unwritten), synced and
-/// mapped, so that the roll-over has nothing left to fail after the rename. The header is left
-/// to the roll-over: it holds the base.
-fn prepare(path: &Path, size: u64, mode: u32) -> Result<(File, FileBytes)> {
+/// mapped, so that the roll-over has nothing left to fail after the rename, and starts its
+/// zeroer. The header is left to the roll-over: it holds the base.
+fn prepare(path: &Path, size: u64, mode: u32, durability: Durability, stopping: &AtomicBool) -> Result<Prepared> {
     let cannot = |e: &io::Error| Error::io(format_args!("cannot prepare segment {}", path.display()), e);
     let file = open_with_mode(path, OpenOptions::new().read(true).write(true).create(true).truncate(true), mode)
         .map_err(|e| cannot(&e))?;
-    crate::fault::io_point("segment.preallocate")
-        .and_then(|_| reserve(&file, size))
-        .and_then(|_| file.sync_all())
-        .map_err(|e| cannot(&e))?;
-    let log = FileBytes::map(path, &file)?;
-    Ok((file, log))
-}
-
-/// Reserves the file's blocks: `posix_fallocate`, or where the file system has none (the
-/// sparse fallback of a store's first segment, and macOS), zeros written through, so that a
-/// full disk shows here (a roll-over that can be retried) and not in a commit (which poisons
-/// the writer). No zeroer runs on those file systems.
-#[cfg(target_os = "linux")]
-fn reserve(file: &File, size: u64) -> io::Result<()> {
-    // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
-    match unsafe { libc::posix_fallocate(std::os::unix::io::AsRawFd::as_raw_fd(file), 0, size as libc::off_t) } {
-        0 => Ok(()),
-        libc::EOPNOTSUPP | libc::EINVAL => write_zeros(file, size),
-        errno => Err(io::Error::from_raw_os_error(errno)),
+    let reserved = crate::fault::io_point("segment.preallocate")
+        .and_then(|_| preallocate(&file, size))
+        .and_then(|allocation| match allocation {
+            Allocation::Reserved => Ok(()),
+            Allocation::Sparse => write_zeros_through(&file, size, stopping),
+        })
+        .and_then(|_| file.sync_all());
+    if let Err(e) = reserved {
+        // Not left taking a full disk's space until the next preparation or the close.
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(cannot(&e));
     }
+    let log = FileBytes::map(path, &file)?;
+    // Where the file was written through above, it has no unwritten space and gets none.
+    let zero_ahead = ZeroAhead::for_prepared(&file, path, size, durability);
+    Ok(Prepared { file, log, zero_ahead })
 }
 
-#[cfg(not(target_os = "linux"))]
-fn reserve(file: &File, size: u64) -> io::Result<()> {
-    write_zeros(file, size)
-}
-
-fn write_zeros(file: &File, size: u64) -> io::Result<()> {
+/// Writes zeros over the whole of a sparse file, a step at a time, on Linux each written out
+/// before the next (so the writer's fsyncs meanwhile never flush more than a step of them);
+/// gives up when the writer stops. One step in flight at a time: on a slow device this can take
+/// longer than the writer needs for the second half of a segment, and the roll-over then waits
+/// for it (only on file systems without fallocate).
+fn write_zeros_through(file: &File, size: u64, stopping: &AtomicBool) -> io::Result<()> {
     let zeros = vec![0u8; 256 << 10];
     let mut at = 0u64;
     while at < size {
+        if stopping.load(Ordering::Relaxed) {
+            return Err(io::Error::other("the writer stopped"));
+        }
         let len = (size - at).min(zeros.len() as u64) as usize;
         file.write_all_at(&zeros[..len], at)?;
+        write_out(file, at, len)?;
         at += len as u64;
     }
     Ok(())

@@ -253,23 +253,61 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(format_args!("cannot fsync directory {}", dir.display()), &e))
 }
 
+/// How a file's space was reserved by [`preallocate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocation {
+    /// `posix_fallocate` reserved its blocks (unwritten extents, reading as zeros): a full disk
+    /// shows here, not in a later commit.
+    Reserved,
+    /// The file system has no fallocate (or the system has none: macOS): the file was only set
+    /// to its length, sparse, and a commit into it can still meet a full disk (which poisons
+    /// the writer; a reopen recovers). The caller decides whether to write zeros through.
+    Sparse,
+}
+
+/// Makes `file` `size` bytes long with its blocks reserved where the file system can.
 #[cfg(target_os = "linux")]
-fn preallocate(file: &File, size: u64) -> io::Result<()> {
-    // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+pub fn preallocate(file: &File, size: u64) -> io::Result<Allocation> {
+    let rc = match crate::fault::io_point("segment.fallocate") {
+        // A test's stand-in for a file system without fallocate (armed with EOPNOTSUPP).
+        Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
+        Ok(()) => unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) },
+    };
     match rc {
-        0 => Ok(()),
-        // Filesystems without fallocate get a sparse file of the right length instead.
-        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size),
+        0 => Ok(Allocation::Reserved),
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size).map(|_| Allocation::Sparse),
         errno => Err(io::Error::from_raw_os_error(errno)),
     }
 }
 
-/// Without `posix_fallocate` (macOS): a sparse file of the right length, as on a Linux
-/// filesystem without fallocate.
 #[cfg(not(target_os = "linux"))]
-fn preallocate(file: &File, size: u64) -> io::Result<()> {
-    file.set_len(size)
+pub fn preallocate(file: &File, size: u64) -> io::Result<Allocation> {
+    file.set_len(size).map(|_| Allocation::Sparse)
+}
+
+/// Writes `len` bytes of `file` from `at`, just copied into the page cache, out to the device
+/// and waits for it (`sync_file_range`), so that a writer of many MiB never leaves more than one
+/// step of dirty pages for the next group commit's fsync to flush. Not a durability point: that
+/// is the `sync_data` after it.
+#[cfg(target_os = "linux")]
+pub fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
+    // SAFETY: plain syscall on a descriptor we own for the duration of the call.
+    let flushed = unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            at as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )
+    };
+    if flushed != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Elsewhere there is no range write-out: the pages wait for the next sync.
+#[cfg(not(target_os = "linux"))]
+pub fn write_out(_file: &File, _at: u64, _len: usize) -> io::Result<()> {
+    Ok(())
 }
 
 /// Creates the segment whose first event will be `base`: preallocates `size` bytes, writes the
@@ -284,6 +322,8 @@ pub fn create_segment(dir: &Path, base: u64, size: u64, mode: u32) -> Result<(Fi
         .map_err(|e| cannot(&e))?;
     let result = (|| -> io::Result<()> {
         crate::fault::io_point("segment.preallocate")?;
+        // Sparse where the file system cannot reserve: zeros written through here would cost a
+        // new store's open a second or so per 256 MiB (the preparer does that for later ones).
         preallocate(&file, size)?;
         crate::fault::crash_point("segment.before_header");
         file.write_all_at(&encode_header(base), 0)?;
@@ -302,7 +342,8 @@ pub fn create_segment(dir: &Path, base: u64, size: u64, mode: u32) -> Result<(Fi
     }
 }
 
-/// Grows a segment that holds no record yet to `size` bytes (zero-filled and allocated), so an
+/// Grows a segment that holds no record yet to `size` bytes (allocated as [`preallocate`] can:
+/// reading as zeros either way), so an
 /// empty active segment left by an earlier open with a smaller `segment_size` takes the new
 /// size instead of being rolled over: a roll-over would have to create a segment with the
 /// same base, that is, the same file.

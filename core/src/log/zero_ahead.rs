@@ -13,17 +13,19 @@
 //! synced, in [`ZERO_CHUNK`] steps, and the writer's commits land in converted blocks. It runs
 //! only where that pays: with `fsync` durability (with `buffered` no commit waits for a sync),
 //! on Linux, on ext4 or XFS (on tmpfs there is no disk, and on a copy-on-write file system an
-//! overwrite allocates anew), and only once the writer has written [`ARM_AFTER`] past the point
-//! the segment was opened at (until then the thread waits, and a store that takes a few
-//! appends, such as a test's, has no zeros written for it).
+//! overwrite allocates anew). The active segment an open finds gets one that starts once the
+//! writer has written [`ARM_AFTER`] past its end (until then the thread waits, and a store that
+//! takes a few appends, such as a test's, has no zeros written for it). A segment the preparer
+//! makes (`log/prepare.rs`) gets one started there, off the writer's thread, which the writer's
+//! first group in the segment sets going: a writer that filled a segment writes.
 //!
 //! **Only while the groups are small.** Zeros make the disk write every byte of the log twice.
 //! A journal commit costs a sync a fixed 150 to 200 us or so, while a group of 256 KiB takes the
 //! disk about 800 us to write (at this machine's 330 MB/s): past some tens of KiB a group,
 //! writing it again costs more than the journal commit it spares, and with large groups the
 //! disk's bandwidth is what bounds appends. So the zeroer pauses while the writer's groups
-//! average [`LARGE_GROUP`] or more (over the last eight or so), and the writer's commits then
-//! convert the blocks they reach. Measured (bench/README.md, "Zeros only where commits are
+//! average [`LARGE_GROUP`] or more (over the last eight or so, [`GroupSizes`]), and the writer's
+//! commits then convert the blocks they reach. Measured (bench/README.md, "Zeros only where commits are
 //! small"): W1 batch 512 from 16 writers 547k to 664k events/s with zeros everywhere, 781k to
 //! 904k with them paused; unbatched writers the same either way.
 //!
@@ -42,14 +44,13 @@
 //! error of the zeroer's pages (errors are kept per file), and is poisoned by it as by any other.
 
 use std::fs::{File, OpenOptions};
-use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use crate::log::segment::PAGE_BYTES;
+use crate::log::segment::{FIRST_RECORD_OFFSET, PAGE_BYTES, write_out};
 use crate::options::Durability;
 
 /// Zeros written (and flushed) per step: small steps keep each burst of writeback short, so a
@@ -61,16 +62,56 @@ const WINDOW: u64 = 8 << 20;
 /// The writer takes the lock (to move the zeroer's target) only when it comes this close to the
 /// frontier; further behind, its check is an atomic load.
 const LOW_WATER: u64 = WINDOW / 2;
-/// Bytes the writer writes past the segment's end at open before the zeroer starts.
+/// Bytes the writer writes past the active segment's end at open before the zeroer starts. Also
+/// the smallest free space a segment must have to get a zeroer.
 const ARM_AFTER: u64 = 64 << 10;
 /// When the writer has caught up with the zeroer, the zeroer starts again this far past the
-/// writer's end, so the writer's next commits do not wait for its first step.
+/// writer's end, so the writer's next commits do not wait for its first step. Not on the first
+/// step of a prepared segment's zeroer: it starts at the first free page, so no part of the
+/// segment is left unwritten for commits to convert (the writer may then wait out that one
+/// step's copy, some tens of microseconds).
 const LEAD: u64 = 64 << 10;
 /// The zeroer pauses while the writer's groups average this many bytes or more (see the
 /// module's doc): with 256-byte events, from about 200 events a group. Measured groups of the
 /// harness's cells: 5 to 115 events unbatched (8 to 128 writers), 550 to 23,000 batched by 64 or
-/// 512 from 16 or 64 writers.
+/// 512 from 16 or 64 writers: with about 330 log bytes an event, at most 38 KiB and at least
+/// 180 KiB, far from the threshold on both sides. There is no hysteresis: a writer whose groups
+/// hover at the threshold costs a wake-up of the zeroer per crossing, and the zeros then written
+/// or not are worth about as much as they cost (either way is within the measured spread), while
+/// a band wide enough to matter (say 32 to 64 KiB) would keep the zeroer paused for 128 unbatched
+/// writers after a bulk load.
 const LARGE_GROUP: u64 = 64 << 10;
+
+/// The writer's recent groups, averaged, so it can tell the zeroer whether they are large. The
+/// writer keeps it across its segments, so a bulk load's next segment is not zeroed for at its
+/// start, and also where a segment has no zeroer; it starts over at each open.
+#[derive(Debug, Default)]
+pub(crate) struct GroupSizes {
+    average: u64,
+}
+
+impl GroupSizes {
+    /// Counts a group of `bytes` of log (not the padding to its last page's end: a small group
+    /// that reaches a new page would count as a page) and says whether the groups are large now.
+    /// Each group weighs 1/8 and counts at most twice [`LARGE_GROUP`], so that one huge batch
+    /// does not keep the zeroer paused for the many small groups after it: after any large
+    /// groups, at most six small ones resume it. A store's first group sets the average whole,
+    /// so a bulk load's first groups are not zeroed for.
+    pub fn record(&mut self, bytes: u64) -> bool {
+        let group = bytes.min(2 * LARGE_GROUP);
+        self.average = if self.average == 0 { group } else { self.average - self.average / 8 + group / 8 };
+        self.average >= LARGE_GROUP
+    }
+}
+
+/// When a zeroer starts writing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arming {
+    /// Once the writer has written [`ARM_AFTER`] past the end an open found.
+    AfterOpen,
+    /// At the writer's first group in a segment the preparer made, from its first free page.
+    FirstGroup,
+}
 
 /// The zeroer of one active segment; dropping it waits for the step under way and stops it.
 pub(crate) struct ZeroAhead {
@@ -84,9 +125,6 @@ struct Shared {
     /// The zeroer never writes below this offset again (`u64::MAX` once it has stopped): the
     /// writer may write below it without asking. Only raised, and only under `state`'s lock.
     frontier: AtomicU64,
-    /// The bytes of the writer's recent groups, averaged (each new group weighs 1/8); the writer
-    /// alone stores it.
-    group_bytes: AtomicU64,
 }
 
 struct State {
@@ -101,6 +139,8 @@ struct State {
     /// The writer's groups were large when it last took the lock: zeros cost the disk more
     /// than they spare the commits, so none are written.
     large_groups: bool,
+    /// The next step starts right past the writer, with no [`LEAD`]: a prepared segment's first.
+    from_writer_end: bool,
     /// A pause between claiming a range and writing it, so a test can put a write of the writer
     /// into it.
     #[cfg(test)]
@@ -108,13 +148,28 @@ struct State {
 }
 
 impl ZeroAhead {
-    /// A zeroer for the active segment at `path` whose committed bytes end at `end`, if it would
-    /// pay (see the module's doc): `fsync` durability, and unwritten space past the end (found
-    /// with `SEEK_HOLE`, which reports unwritten extents as holes) on ext4 or XFS. None for a
-    /// segment written through to its end (by an earlier zeroer, or a segment prepared before
-    /// 2026-12-03, which was written with zeros whole), or if the zeroer cannot start: commits
-    /// are then only slower. The writer starts one at open and at each roll-over.
-    pub fn start_if_needed(file: &File, path: &Path, end: u64, capacity: u64, durability: Durability, group_bytes: u64) -> Option<ZeroAhead> {
+    /// A zeroer for the active segment an open found, at `path`, whose committed bytes end at
+    /// `end`, if it would pay (see `start_if_needed`). It starts once the writer has written
+    /// [`ARM_AFTER`] past `end`.
+    pub fn for_reopened(file: &File, path: &Path, end: u64, capacity: u64, durability: Durability) -> Option<ZeroAhead> {
+        Self::start_if_needed(file, path, end, capacity, durability, Arming::AfterOpen)
+    }
+
+    /// A zeroer for a segment the preparer has just made at `path` (no header yet), if it would
+    /// pay: it waits for the writer's first group in the segment, which tells it whether the
+    /// groups are large, and then starts at once.
+    pub fn for_prepared(file: &File, path: &Path, capacity: u64, durability: Durability) -> Option<ZeroAhead> {
+        Self::start_if_needed(file, path, FIRST_RECORD_OFFSET, capacity, durability, Arming::FirstGroup)
+    }
+
+    /// A zeroer, armed as `arming` says, if it would pay (see the module's
+    /// doc): `fsync` durability, and unwritten space past `end` (found with `SEEK_HOLE`, which
+    /// reports unwritten extents as holes) on ext4 or XFS, at least [`ARM_AFTER`] of it. None
+    /// for a segment written through to its end (by an earlier zeroer, or a segment prepared
+    /// before 2026-12-03, which was written with zeros whole), or if the zeroer cannot start:
+    /// commits are then only slower. The page `end` falls in is never zeroed (it holds the
+    /// header or committed bytes).
+    fn start_if_needed(file: &File, path: &Path, end: u64, capacity: u64, durability: Durability, arming: Arming) -> Option<ZeroAhead> {
         if durability != Durability::Fsync || end + ARM_AFTER >= capacity || !zeros_pay_on(file) {
             return None;
         }
@@ -124,17 +179,20 @@ impl ZeroAhead {
             state: Mutex::new(State {
                 writer_end: end,
                 claim: None,
-                armed_at: end + ARM_AFTER,
+                armed_at: match arming {
+                    Arming::AfterOpen => end + ARM_AFTER,
+                    Arming::FirstGroup => end + 1,
+                },
                 capacity,
                 stop: false,
                 large_groups: false,
+                from_writer_end: arming == Arming::FirstGroup,
                 #[cfg(test)]
                 pause_before_write: std::time::Duration::ZERO,
             }),
             changed: Condvar::new(),
             // What an earlier session zeroed is not zeroed again.
             frontier: AtomicU64::new(first_hole / PAGE_BYTES * PAGE_BYTES),
-            group_bytes: AtomicU64::new(group_bytes),
         });
         let zeroer = shared.clone();
         let thread = std::thread::Builder::new()
@@ -144,25 +202,19 @@ impl ZeroAhead {
         Some(ZeroAhead { shared, thread: Some(thread) })
     }
 
-    /// Called by the writer before it writes `from..to` of the segment (one group): reserves the
-    /// range, waits until no zeroing step covers it, and keeps the zeroer `WINDOW` ahead, or
-    /// paused while the groups are large. Past the frontier (large groups) it takes the lock at
-    /// every group within `LOW_WATER` of the frontier, or past it while paused (large groups
-    /// are few).
-    pub fn before_write(&self, from: u64, to: u64) {
-        // Capped, so that one huge batch does not keep the zeroer paused for the many small
-        // groups after it (review): after any large groups, a dozen or so small ones resume it.
-        let group = (to - from).min(2 * LARGE_GROUP);
-        let average = self.shared.group_bytes.load(Ordering::Relaxed);
-        // The first group (of a store's first writer) sets it whole: a bulk load's first large
-        // groups are not zeroed for. A segment after a roll-over starts from its predecessor's.
-        let average = if average == 0 { group } else { average - average / 8 + group / 8 };
-        self.shared.group_bytes.store(average, Ordering::Relaxed);
+    /// Called by the writer before it writes `from..to` of the segment (one group, with its
+    /// padding), saying whether its groups are large now ([`GroupSizes`]): reserves the range,
+    /// waits until no zeroing step covers it, and keeps the zeroer `WINDOW` ahead, or paused
+    /// while the groups are large. It takes the lock at every group within `LOW_WATER` of the
+    /// frontier, or past it while paused (large groups are few); further below, it is one
+    /// atomic load (the zeroer, a window ahead, is waiting then, and learns whether the groups
+    /// are large when the writer comes near).
+    pub fn before_write(&self, from: u64, to: u64, large_groups: bool) {
         if to.saturating_add(LOW_WATER) <= self.shared.frontier.load(Ordering::Acquire) {
             return;
         }
         let mut state = self.shared.lock();
-        let was_large = std::mem::replace(&mut state.large_groups, average >= LARGE_GROUP);
+        let was_large = std::mem::replace(&mut state.large_groups, large_groups);
         // Reserved before the wait, so the zeroer's next claim starts past it: the writer waits
         // for at most the step under way.
         state.writer_end = state.writer_end.max(to);
@@ -175,11 +227,6 @@ impl ZeroAhead {
         if wake {
             self.shared.changed.notify_all();
         }
-    }
-
-    /// The writer's average group, for the zeroer of the segment it rolls over into.
-    pub fn group_bytes(&self) -> u64 {
-        self.shared.group_bytes.load(Ordering::Relaxed)
     }
 
     /// Claims no more ranges (the step under way finishes); the writer calls it when it leaves
@@ -237,6 +284,7 @@ impl Shared {
                 Step::Done => return,
             };
             state.claim = Some((from, to));
+            state.from_writer_end = false;
             #[cfg(test)]
             let pause = state.pause_before_write;
             drop(state);
@@ -272,7 +320,11 @@ impl Shared {
         }
         let frontier = self.frontier.load(Ordering::Acquire);
         let past_writer = state.writer_end.next_multiple_of(PAGE_BYTES);
-        let from = if frontier >= past_writer { frontier } else { past_writer + LEAD };
+        let from = match frontier >= past_writer {
+            true => frontier,
+            false if state.from_writer_end => past_writer,
+            false => past_writer + LEAD,
+        };
         if from >= state.capacity {
             Step::Done
         } else if from >= state.writer_end + WINDOW {
@@ -316,7 +368,9 @@ fn first_hole(file: &File, from: u64, capacity: u64) -> Option<u64> {
 /// writer's own fsync then succeed.
 #[cfg(target_os = "linux")]
 fn zeros_pay_on(file: &File) -> bool {
-    if !kernel_at_least(4, 13) {
+    // Asked once a process: it does not change, and a roll-over should not pay for `uname`.
+    static ERRORS_REACH_EVERY_DESCRIPTION: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ERRORS_REACH_EVERY_DESCRIPTION.get_or_init(|| kernel_at_least(4, 13)) {
         return false;
     }
     // SAFETY: plain syscall filling a struct we own, on a descriptor we own.
@@ -352,29 +406,6 @@ fn zeros_pay_on(_file: &File) -> bool {
     false
 }
 
-/// Writes a step of zeros just copied out to the device and waits for it, so that the zeroer
-/// never leaves more than a step of dirty pages for the writer's next fsync to flush
-/// (`sync_file_range`; its durability comes from the `sync_data` after it).
-#[cfg(target_os = "linux")]
-fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
-    // SAFETY: plain syscall on a descriptor we own for the duration of the call.
-    let flushed = unsafe {
-        libc::sync_file_range(
-            std::os::unix::io::AsRawFd::as_raw_fd(file),
-            at as libc::off64_t,
-            len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-        )
-    };
-    if flushed != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
-/// Elsewhere there is no range write-out (and no zeroer: see `zeros_pay_on`).
-#[cfg(not(target_os = "linux"))]
-fn write_out(_file: &File, _at: u64, _len: usize) -> io::Result<()> {
-    Ok(())
-}
-
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -393,8 +424,41 @@ mod tests {
         Some((file, path))
     }
 
+    /// A directory on the disk: `LAPILLI_TEST_DISK_DIR` when set (`scripts/test-on-filesystems.sh`
+    /// sets it to the file system it tests), else beside the test binary, in the build's own
+    /// directory, rather than in a temporary directory that may be a tmpfs (nothing to test).
+    fn disk_tempdir() -> tempfile::TempDir {
+        match std::env::var_os("LAPILLI_TEST_DISK_DIR") {
+            Some(disk) => tempfile::tempdir_in(disk).unwrap(),
+            None => tempfile::tempdir_in(std::env::current_exe().unwrap().parent().unwrap())
+                .or_else(|_| tempfile::tempdir())
+                .unwrap(),
+        }
+    }
+
     fn start(file: &File, path: &Path, end: u64, capacity: u64) -> ZeroAhead {
-        ZeroAhead::start_if_needed(file, path, end, capacity, Durability::Fsync, 0).expect("allocated space is unwritten")
+        ZeroAhead::for_reopened(file, path, end, capacity, Durability::Fsync).expect("allocated space is unwritten")
+    }
+
+    /// Where the file's first written block at or past `from` is, if any.
+    fn data_at_or_after(file: &File, from: u64) -> Option<u64> {
+        // SAFETY: plain syscall on a descriptor we own.
+        let data = unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(file), from as libc::off_t, libc::SEEK_DATA) };
+        (data >= 0).then_some(data as u64)
+    }
+
+    fn wait_for_frontier(zero_ahead: &ZeroAhead, at_least: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while zero_ahead.shared.frontier.load(Ordering::Acquire) < at_least {
+            assert!(std::time::Instant::now() < deadline, "the zeroer did not reach {at_least}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Whether the zeroer, as things stand, would wait rather than write.
+    fn zeroer_waits(zero_ahead: &ZeroAhead) -> bool {
+        let state = zero_ahead.shared.lock();
+        state.claim.is_none() && matches!(zero_ahead.shared.next_step(&state), Step::Wait)
     }
 
     fn unwritten_at(file: &File, from: u64, capacity: u64) -> bool {
@@ -403,7 +467,7 @@ mod tests {
 
     #[test]
     fn zeros_ahead_of_the_writer_and_never_over_its_bytes() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = disk_tempdir();
         let capacity = 64 << 20;
         let Some((file, path)) = allocated(dir.path(), capacity) else { return };
         let zero_ahead = start(&file, &path, 4096, capacity);
@@ -414,16 +478,12 @@ mod tests {
         let mut end = 4096u64;
         let record = vec![0xA5u8; 1000];
         while end < (16 << 20) {
-            zero_ahead.before_write(end, end + record.len() as u64);
+            zero_ahead.before_write(end, end + record.len() as u64, false);
             file.write_all_at(&record, end).unwrap();
             end += record.len() as u64;
         }
         // The zeroer goes on to a window past the writer's end; wait for half of it.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while zero_ahead.shared.frontier.load(Ordering::Acquire) < end + WINDOW / 2 {
-            assert!(std::time::Instant::now() < deadline, "the zeroer did not catch up");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_for_frontier(&zero_ahead, end + WINDOW / 2);
         drop(zero_ahead);
         let mut written = vec![0u8; (end - 4096) as usize];
         file.read_exact_at(&mut written, 4096).unwrap();
@@ -439,45 +499,118 @@ mod tests {
     /// ones after them start it again, from just past the writer.
     #[test]
     fn large_groups_are_not_zeroed_for_and_small_ones_are_again() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = disk_tempdir();
         let capacity = 64 << 20;
         let Some((file, path)) = allocated(dir.path(), capacity) else { return };
         let zero_ahead = start(&file, &path, 4096, capacity);
+        let mut sizes = GroupSizes::default();
         let mut end = 4096u64;
         let large = vec![0xA5u8; 2 * LARGE_GROUP as usize];
         while end < (8 << 20) {
-            zero_ahead.before_write(end, end + large.len() as u64);
+            zero_ahead.before_write(end, end + large.len() as u64, sizes.record(large.len() as u64));
             file.write_all_at(&large, end).unwrap();
             end += large.len() as u64;
+            assert!(zeroer_waits(&zero_ahead), "the zeroer would write ahead of large groups, at {end}");
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        // SAFETY: plain syscall on a descriptor we own.
-        let data = unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(&file), end as libc::off_t, libc::SEEK_DATA) };
-        assert_eq!(data, -1, "zeros were written ahead of large groups, at {data}");
-        // Small groups: the average falls below the threshold after a dozen or so.
+        // The check above is exact; this one is what it means on the disk.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(data_at_or_after(&file, end), None, "zeros were written ahead of large groups");
+        // Small groups: the average falls below the threshold after a few.
         let small = vec![0x5Au8; 1000];
-        for _ in 0..64 {
-            zero_ahead.before_write(end, end + small.len() as u64);
+        for _ in 0..16 {
+            zero_ahead.before_write(end, end + small.len() as u64, sizes.record(small.len() as u64));
             file.write_all_at(&small, end).unwrap();
             end += small.len() as u64;
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while zero_ahead.shared.frontier.load(Ordering::Acquire) < end + WINDOW / 2 {
-            assert!(std::time::Instant::now() < deadline, "the zeroer did not start again");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_for_frontier(&zero_ahead, end + WINDOW / 2);
         drop(zero_ahead);
         let converted_to = end.next_multiple_of(PAGE_BYTES) + LEAD + PAGE_BYTES;
         assert!(!unwritten_at(&file, converted_to, end + WINDOW / 2), "no zeros ahead of the small groups");
     }
 
+    /// A segment the preparer made: its zeroer writes nothing until the writer's first group in
+    /// it, then zeros from the page after the header on if the groups are small, and nothing if
+    /// they are large.
+    #[test]
+    fn a_prepared_segments_zeroer_waits_for_the_first_group_and_then_zeros_from_its_start() {
+        let dir = disk_tempdir();
+        let capacity = 32 << 20;
+        let Some((file, path)) = allocated(dir.path(), capacity) else { return };
+        let zero_ahead = ZeroAhead::for_prepared(&file, &path, capacity, Durability::Fsync).expect("allocated space is unwritten");
+        assert!(zeroer_waits(&zero_ahead), "the zeroer of a prepared segment would write before its first group");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(data_at_or_after(&file, 0), None, "the zeroer wrote before the segment's first group");
+        // The header and a first group of 20 KiB or so, padded to its last page's end (a first
+        // group past the header's page: the zeroer must not leave a lead unwritten after it).
+        let first = vec![0xA5u8; 5 * PAGE_BYTES as usize];
+        file.write_all_at(&first, 0).unwrap();
+        zero_ahead.before_write(FIRST_RECORD_OFFSET, first.len() as u64, false);
+        wait_for_frontier(&zero_ahead, WINDOW / 2);
+        drop(zero_ahead);
+        assert!(!unwritten_at(&file, 0, WINDOW / 2), "the zeroer did not start at the segment's first free page");
+        let mut written = vec![0u8; first.len()];
+        file.read_exact_at(&mut written, 0).unwrap();
+        assert!(written.iter().all(|&b| b == 0xA5), "the zeroer wrote over the header's page or the first group");
+
+        // A first group that is large: nothing is written ahead.
+        let path = dir.path().join("second");
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        // SAFETY: plain syscall on a descriptor we own.
+        assert_eq!(unsafe { libc::posix_fallocate(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, capacity as libc::off_t) }, 0);
+        let zero_ahead = ZeroAhead::for_prepared(&file, &path, capacity, Durability::Fsync).unwrap();
+        let mut sizes = GroupSizes::default();
+        let group = vec![0xA5u8; 256 << 10];
+        zero_ahead.before_write(FIRST_RECORD_OFFSET, group.len() as u64, sizes.record(group.len() as u64));
+        file.write_all_at(&group, 0).unwrap();
+        assert!(zeroer_waits(&zero_ahead), "the zeroer would write ahead of a bulk load's first group");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(zero_ahead);
+        assert_eq!(data_at_or_after(&file, group.len() as u64), None, "zeros were written ahead of a large first group");
+    }
+
+    #[test]
+    fn a_stores_first_group_sets_the_average_whole() {
+        assert!(GroupSizes::default().record(LARGE_GROUP), "a bulk load's first group");
+        assert!(!GroupSizes::default().record(LARGE_GROUP - 1));
+        assert!(!GroupSizes::default().record(300), "one small event");
+    }
+
+    /// One huge batch among small groups does not pause the zeroer: each group counts at most
+    /// twice the threshold.
+    #[test]
+    fn one_huge_group_among_small_ones_does_not_pause_the_zeroer() {
+        let mut sizes = GroupSizes::default();
+        for _ in 0..100 {
+            assert!(!sizes.record(2000));
+        }
+        assert!(!sizes.record(64 << 20), "a 64 MiB batch after small groups paused the zeroer");
+        for _ in 0..100 {
+            assert!(!sizes.record(2000));
+        }
+    }
+
+    /// After a long run of large groups, a handful of small ones (not one) resume the zeroer,
+    /// and a writer that goes back to large groups pauses it again as soon.
+    #[test]
+    fn small_groups_after_large_ones_resume_the_zeroer_within_a_few() {
+        let mut sizes = GroupSizes::default();
+        for _ in 0..1000 {
+            assert!(sizes.record(8 << 20));
+        }
+        assert!(sizes.record(500), "a single small group resumed the zeroer");
+        let resumed_after = (2..=16).find(|_| !sizes.record(500)).expect("16 small groups did not resume the zeroer");
+        assert!(resumed_after <= 8, "{resumed_after} small groups to resume");
+        let paused_after = (1..=16).find(|_| sizes.record(256 << 10)).expect("16 large groups did not pause the zeroer");
+        assert!(paused_after <= 8, "{paused_after} large groups to pause");
+    }
+
     #[test]
     fn a_store_that_writes_little_is_not_zeroed() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = disk_tempdir();
         let capacity = 8 << 20;
         let Some((file, path)) = allocated(dir.path(), capacity) else { return };
         let zero_ahead = start(&file, &path, 4096, capacity);
-        zero_ahead.before_write(4096, 4096 + ARM_AFTER - 1);
+        zero_ahead.before_write(4096, 4096 + ARM_AFTER - 1, false);
         std::thread::sleep(std::time::Duration::from_millis(50));
         drop(zero_ahead);
         // Not one block of the segment was written.
@@ -488,7 +621,7 @@ mod tests {
 
     #[test]
     fn what_an_earlier_session_zeroed_is_not_zeroed_again() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = disk_tempdir();
         let capacity = 8 << 20;
         let Some((file, path)) = allocated(dir.path(), capacity) else { return };
         file.write_all_at(&vec![0u8; 1 << 20], 0).unwrap();
@@ -501,15 +634,17 @@ mod tests {
 
     #[test]
     fn no_zeroer_where_it_cannot_pay() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = disk_tempdir();
         let Some((file, path)) = allocated(dir.path(), 1 << 20) else { return };
         // Buffered durability: no commit waits for a sync.
-        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20, Durability::Buffered, 0).is_none());
+        assert!(ZeroAhead::for_reopened(&file, &path, 4096, 1 << 20, Durability::Buffered).is_none());
+        assert!(ZeroAhead::for_prepared(&file, &path, 1 << 20, Durability::Buffered).is_none());
         // A written-through (prepared) segment.
         file.write_all_at(&vec![0u8; 1 << 20], 0).unwrap();
         file.sync_all().unwrap();
         // SAFETY: plain syscall on a descriptor we own; its pages are clean.
         unsafe { libc::posix_fadvise(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert!(ZeroAhead::start_if_needed(&file, &path, 4096, 1 << 20, Durability::Fsync, 0).is_none());
+        assert!(ZeroAhead::for_reopened(&file, &path, 4096, 1 << 20, Durability::Fsync).is_none());
+        assert!(ZeroAhead::for_prepared(&file, &path, 1 << 20, Durability::Fsync).is_none());
     }
 }

@@ -16,7 +16,7 @@ use crate::index::SegmentIndex;
 use crate::index::seal::SealJob;
 use crate::index::tail::TailIndex;
 use crate::log::prepare::{InstallError, Installed, SegmentPreparer};
-use crate::log::zero_ahead::ZeroAhead;
+use crate::log::zero_ahead::{GroupSizes, ZeroAhead};
 use crate::log::segment::{ActiveSegment, PAGE_BYTES};
 use crate::position::Position;
 use crate::query::Query;
@@ -92,6 +92,8 @@ pub(crate) struct Writer {
     /// (`log/zero_ahead.rs`); None where that cannot pay (buffered durability, a file system
     /// without unwritten extents, a segment written through already).
     pub zero_ahead: Option<ZeroAhead>,
+    /// Whether the groups are large, for the zeroer of whichever segment is active.
+    pub group_sizes: GroupSizes,
     pub durability: Durability,
     /// Last committed position.
     pub head: u64,
@@ -407,10 +409,11 @@ impl Writer {
     /// after earlier bytes is not padded (the group that reached the page first padded it).
     /// That page is not written from its start: the writer would have to keep (or read) its
     /// committed bytes to do so, to spare one read after an open or a long idle.
-    fn write_group(&self, bytes: &[u8]) -> std::io::Result<()> {
+    fn write_group(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         let padded_end = padded_end(self.active.end, self.active.end + bytes.len() as u64, self.active.capacity);
+        let large_groups = self.group_sizes.record(bytes.len() as u64);
         if let Some(zero_ahead) = &self.zero_ahead {
-            zero_ahead.before_write(self.active.end, padded_end);
+            zero_ahead.before_write(self.active.end, padded_end, large_groups);
         }
         if crate::fault::hit("commit.torn_marker").is_some() {
             // The last commit marker's length reaches the disk, its checksum and payload do not.
@@ -481,11 +484,11 @@ impl Writer {
                 return Err(err);
             }
         };
-        let Installed { file, path, log, header_crc: chain } = installed;
-        // The old segment's zeroer is done (joined here: at most the rest of one step); the new
-        // segment is only allocated, and gets its own (`log/zero_ahead.rs`), which starts from
-        // the groups' average so far (a bulk load's next segment is not zeroed for at first).
-        let group_bytes = self.zero_ahead.take().map_or(0, |zero_ahead| zero_ahead.group_bytes());
+        let Installed { file, path, log, header_crc: chain, zero_ahead } = installed;
+        // The old segment's zeroer is done (joined here: at most the rest of one step). The new
+        // segment is only allocated and comes with its own zeroer (`log/zero_ahead.rs`), started
+        // by the preparer; the writer's first group in it tells it whether to write.
+        drop(std::mem::replace(&mut self.zero_ahead, zero_ahead));
         log.advise_point_reads(); // as at open
         let index = Arc::new(TailIndex::new());
         let entry = Arc::new(SegmentEntry::loaded(base, path.clone(), Arc::new(log), SegmentIndex::Tail(index.clone())));
@@ -511,8 +514,6 @@ impl Writer {
             chain,
             capacity: self.next_segment.size(),
         };
-        let active = &self.active;
-        self.zero_ahead = ZeroAhead::start_if_needed(&active.file, &active.path, active.end, active.capacity, self.durability, group_bytes);
         Ok(())
     }
 }

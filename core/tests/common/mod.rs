@@ -252,6 +252,19 @@ pub fn resident_pages(file: &std::fs::File) -> usize {
     pages.iter().filter(|&&p| p & 1 != 0).count()
 }
 
+/// A directory on the disk for a test whose subject is the file system: in
+/// `LAPILLI_TEST_DISK_DIR` when it is set (`scripts/test-on-filesystems.sh` sets it to the file
+/// system it tests), else in the build's own directory rather than in /tmp, which may be a tmpfs
+/// (nothing to test), unless that directory is gone since the build.
+pub fn disk_tempdir() -> tempfile::TempDir {
+    let build_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    match std::env::var_os("LAPILLI_TEST_DISK_DIR") {
+        Some(disk) => tempfile::tempdir_in(disk),
+        None => tempfile::tempdir_in(if build_tmp.is_dir() { build_tmp.to_path_buf() } else { std::env::temp_dir() }),
+    }
+    .unwrap()
+}
+
 /// Whether `dir` is on a file system where a store's writer zeros ahead of itself in a segment
 /// that is only allocated (`log/zero_ahead.rs`: ext4 or XFS); tests of the zeroer skip elsewhere.
 #[cfg(target_os = "linux")]
