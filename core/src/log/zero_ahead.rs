@@ -553,10 +553,8 @@ mod tests {
         assert!(written.iter().all(|&b| b == 0xA5), "the zeroer wrote over the header's page or the first group");
 
         // A first group that is large: nothing is written ahead.
-        let path = dir.path().join("second");
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
-        // SAFETY: plain syscall on a descriptor we own.
-        assert_eq!(unsafe { libc::posix_fallocate(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, capacity as libc::off_t) }, 0);
+        let dir = disk_tempdir();
+        let (file, path) = allocated(dir.path(), capacity).expect("the same file system");
         let zero_ahead = ZeroAhead::for_prepared(&file, &path, capacity, Durability::Fsync).unwrap();
         let mut sizes = GroupSizes::default();
         let group = vec![0xA5u8; 256 << 10];
@@ -614,9 +612,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         drop(zero_ahead);
         // Not one block of the segment was written.
-        // SAFETY: plain syscall on a descriptor we own.
-        let data = unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(&file), 0, libc::SEEK_DATA) };
-        assert_eq!(data, -1, "the zeroer wrote at {data}");
+        assert_eq!(data_at_or_after(&file, 0), None, "the zeroer wrote");
     }
 
     #[test]
