@@ -31,6 +31,21 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until `check` holds while `child` works towards it. A child that has exited fails at
+/// once, naming its status; one that is alive gets 120 s. Ten were once not enough: a CI run
+/// saw this machine's VM stall for longer while the child started (2026-12-03), and a stall
+/// proves nothing about the follower.
+fn eventually_from(child: &mut WriterChild, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !check() {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            panic!("the writer child exited ({status}) before {what}");
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn follower_sees_commits_rollover_and_refuses_appends() {
     let dir = tempfile::tempdir().unwrap();
@@ -143,13 +158,24 @@ fn writer_child() {
     }
 }
 
-fn start_writer(dir: &Path) -> Child {
-    common::this_test_binary()
+/// The writer child, killed when dropped: a failing test must not leave it appending (its
+/// inherited stderr would also keep open whatever reads the test command's output).
+struct WriterChild(Child);
+
+impl Drop for WriterChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_writer(dir: &Path) -> WriterChild {
+    WriterChild(common::this_test_binary()
         .args(["--exact", "writer_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env("LAPILLI_FOLLOW_DIR", dir)
         .stdout(std::process::Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap())
 }
 
 /// Every event read belongs to a batch that is entirely present, contiguous and in order.
@@ -176,13 +202,13 @@ fn follows_a_writer_process_through_rollover_kill_and_restart() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path()).unwrap();
     let mut child = start_writer(dir.path());
-    eventually("the child to create the store", || dir.path().join("LOCK").exists());
+    eventually_from(&mut child, "the child to create the store", || dir.path().join("LOCK").exists());
     let follower = Store::open_read_only(dir.path()).unwrap();
     let subscription = follower.subscribe(&Query::all(), Position::ZERO).unwrap();
     let mut delivered: Vec<SequencedEvent> = Vec::new();
     for round in 0..3 {
         let target = follower.head().unwrap().get() + 400;
-        eventually("the writer child to make progress", || follower.head().unwrap().get() >= target);
+        eventually_from(&mut child, "the writer child to make progress", || follower.head().unwrap().get() >= target);
         let all = follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
         check_whole_batches(&all);
         assert!(all.len() as u64 >= target);
@@ -193,15 +219,14 @@ fn follows_a_writer_process_through_rollover_kill_and_restart() {
             delivered.extend(batch);
         }
         // Kill the writer mid-flight, then start a new one that recovers and continues.
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.0.kill().unwrap();
+        child.0.wait().unwrap();
         let head_at_kill = follower.head().unwrap().get();
         child = start_writer(dir.path());
-        eventually("the restarted writer to append", || follower.head().unwrap().get() > head_at_kill + 20);
+        eventually_from(&mut child, "the restarted writer to append", || follower.head().unwrap().get() > head_at_kill + 20);
         assert!(round < 3);
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     let all = follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
     check_whole_batches(&all);
     check_whole_batches(&delivered[..delivered.len().min(all.len())]);
