@@ -190,7 +190,7 @@ fn prepare(path: &Path, size: u64, mode: u32, durability: Durability, stopping: 
         .and_then(|_| preallocate(&file, size))
         .and_then(|allocation| match allocation {
             Allocation::Reserved => Ok(()),
-            Allocation::Sparse => write_zeros_through(&file, size, stopping),
+            Allocation::Sparse => write_zeros_through(&file, size, || stopping.load(Ordering::Relaxed)),
         })
         .and_then(|_| file.sync_all());
     if let Err(e) = reserved {
@@ -205,16 +205,20 @@ fn prepare(path: &Path, size: u64, mode: u32, durability: Durability, stopping: 
     Ok(Prepared { file, log, zero_ahead })
 }
 
+/// How much of a sparse segment `write_zeros_through` writes between two looks at whether the
+/// writer stops.
+const ZERO_STEP: usize = 256 << 10;
+
 /// Writes zeros over the whole of a sparse file, a step at a time, on Linux each written out
 /// before the next (so the writer's fsyncs meanwhile never flush more than a step of them);
-/// gives up when the writer stops. One step in flight at a time: on a slow device this can take
-/// longer than the writer needs for the second half of a segment, and the roll-over then waits
-/// for it (only on file systems without fallocate).
-fn write_zeros_through(file: &File, size: u64, stopping: &AtomicBool) -> io::Result<()> {
-    let zeros = vec![0u8; 256 << 10];
+/// gives up as soon as `stop_requested` says the writer stops. One step in flight at a time:
+/// on a slow device this can take longer than the writer needs for the second half of a
+/// segment, and the roll-over then waits for it (only on file systems without fallocate).
+fn write_zeros_through(file: &File, size: u64, stop_requested: impl Fn() -> bool) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_STEP];
     let mut at = 0u64;
     while at < size {
-        if stopping.load(Ordering::Relaxed) {
+        if stop_requested() {
             return Err(io::Error::other("the writer stopped"));
         }
         let len = (size - at).min(zeros.len() as u64) as usize;
@@ -223,4 +227,46 @@ fn write_zeros_through(file: &File, size: u64, stopping: &AtomicBool) -> io::Res
         at += len as u64;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    /// A sparse file of `steps` zeroing steps, and what its blocks hold now.
+    fn sparse(dir: &Path, steps: u64) -> File {
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.join("sparse")).unwrap();
+        file.set_len(steps * ZERO_STEP as u64).unwrap();
+        file
+    }
+
+    fn written(file: &File) -> u64 {
+        file.metadata().unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn zeros_go_through_a_sparse_segment_whole_unless_the_writer_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = sparse(dir.path(), 4);
+        assert_eq!(written(&file), 0, "set_len reserves no blocks here");
+        write_zeros_through(&file, 4 * ZERO_STEP as u64, || false).unwrap();
+        assert_eq!(written(&file), 4 * ZERO_STEP as u64);
+
+        // Stopped at its third look: two steps written, none after.
+        let dir = tempfile::tempdir().unwrap();
+        let file = sparse(dir.path(), 64);
+        let looks = Cell::new(0);
+        let stopped_on_the_third_look = || {
+            looks.set(looks.get() + 1);
+            looks.get() == 3
+        };
+        let err = write_zeros_through(&file, 64 * ZERO_STEP as u64, stopped_on_the_third_look).unwrap_err();
+        assert!(err.to_string().contains("the writer stopped"), "{err}");
+        assert_eq!(looks.get(), 3);
+        let written = written(&file);
+        assert!((2 * ZERO_STEP as u64..3 * ZERO_STEP as u64).contains(&written), "{written} bytes written");
+    }
 }
