@@ -1,9 +1,12 @@
 //! Diagnostic: what the newest event of a tag costs cold (the scale cell "newest event of an
 //! entity"), and which pages of which files it brought in. Builds, if DIR does not exist, a store
-//! shaped like the bench's skewed scale corpus (EVENTS events in batches of 1000, four tags each:
-//! `entity:0` on 15% of them, `entity:1` on 7%, the rest spread over 20,000 entities; 256-byte
-//! payloads; SEGMENT_MIB segments), then opens it as its writer, evicts its pages, reads the
-//! newest event of `entity:1` backwards with limit 1, and lists the pages now resident.
+//! that approximates the bench's skewed scale corpus (EVENTS events in batches of 1000, four tags
+//! each: `entity:0` on 15% of them, `entity:1` on 7%, the rest spread evenly over 20,000
+//! entities, where the bench's Zipf tail leaves many entities empty; 256-byte payloads;
+//! SEGMENT_MIB segments), then opens it as its writer, evicts its pages, reads the newest event
+//! of TAG (default `entity:1`) backwards with limit 1, and lists the pages the read brought into
+//! the page cache (resident after it and not before it; `mincore` reports the page cache only
+//! for files the caller owns or may write).
 //!
 //!   cargo run --release -p lapilli-core --example cold_newest -- DIR [EVENTS] [SEGMENT_MIB] [TAG]
 mod common;
@@ -35,6 +38,7 @@ fn main() {
     println!("head {}", store.head().unwrap());
     for round in 0..3 {
         evict(&dir);
+        let before = resident(&dir);
         let (b0, f0) = io();
         let t = std::time::Instant::now();
         let read = store.read(&Query::for_tags([tag.as_str()]), ReadOptions { backwards: true, limit: Some(1), ..ReadOptions::default() });
@@ -48,7 +52,11 @@ fn main() {
             f1 - f0
         );
         for (path, pages) in resident(&dir) {
-            println!("  {} pages {:?}", path.file_name().unwrap().to_string_lossy(), pages);
+            let earlier = before.iter().find(|(p, _)| *p == path).map_or(&[][..], |(_, pages)| &pages[..]);
+            let new: Vec<usize> = pages.into_iter().filter(|p| !earlier.contains(p)).collect();
+            if !new.is_empty() {
+                println!("  {} pages {:?}", path.file_name().unwrap().to_string_lossy(), runs(&new));
+            }
         }
     }
 }
@@ -67,39 +75,48 @@ fn event(i: u64) -> Event {
     )
 }
 
-/// Each file of `dir` with pages in the page cache, and which (runs of page numbers).
-fn resident(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<(usize, usize)>)> {
+/// Each file of `dir` with pages in the page cache, and which (page numbers, in pages of the
+/// system's size).
+fn resident(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<usize>)> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     let mut out = Vec::new();
     let mut paths: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     paths.sort();
     for path in paths {
         let Ok(file) = std::fs::File::open(&path) else { continue };
         let len = file.metadata().unwrap().len() as usize;
-        if len == 0 {
+        if len == 0 || !file.metadata().unwrap().is_file() {
             continue;
         }
-        // SAFETY: a private read-only mapping of a file this function holds open, only asked
-        // which of its pages are resident, then unmapped.
+        // SAFETY: a shared read-only mapping of a file this function holds open, never read
+        // through (mincore only asks which of its pages are in the page cache), then unmapped.
         let pages = unsafe {
             let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
-            assert_ne!(map, libc::MAP_FAILED);
-            let mut vec = vec![0u8; len.div_ceil(4096)];
-            libc::mincore(map, len, vec.as_mut_ptr());
+            assert_ne!(map, libc::MAP_FAILED, "cannot map {}", path.display());
+            let mut vec = vec![0u8; len.div_ceil(page)];
+            let rc = libc::mincore(map, len, vec.as_mut_ptr());
+            let error = std::io::Error::last_os_error();
             libc::munmap(map, len);
+            assert_eq!(rc, 0, "mincore of {}: {error}", path.display());
             vec
         };
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for (p, &v) in pages.iter().enumerate() {
-            if v & 1 == 1 {
-                match runs.last_mut() {
-                    Some((_, end)) if *end + 1 == p => *end = p,
-                    _ => runs.push((p, p)),
-                }
-            }
-        }
-        if !runs.is_empty() {
-            out.push((path, runs));
+        let resident: Vec<usize> = pages.iter().enumerate().filter(|&(_, &v)| v & 1 == 1).map(|(p, _)| p).collect();
+        if !resident.is_empty() {
+            out.push((path, resident));
         }
     }
     out
+}
+
+/// Page numbers as runs of consecutive ones.
+fn runs(pages: &[usize]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &p in pages {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == p => *end = p,
+            _ => runs.push((p, p)),
+        }
+    }
+    runs
 }

@@ -139,6 +139,9 @@ fn writer_child() {
     let Some(dir) = std::env::var_os("LAPILLI_FOLLOW_DIR") else { return };
     let store = Store::open(&dir, small()).expect("child open");
     let mut batch = store.head().unwrap().get(); // resume numbering roughly where we stopped
+    // Counted per child, not from the numbering: a child restarted at any head writes as many
+    // batches before its pause (the parent's drain ends at the pause).
+    let mut written = 0u64;
     loop {
         let k = 1 + (batch % 4) as u32;
         let events = (0..k)
@@ -149,10 +152,11 @@ fn writer_child() {
             .collect();
         store.append(events, None).expect("child append");
         batch += 1;
+        written += 1;
         // Paced, and bounded: 4 KiB segments are one mapping each, and an unpaced writer on a
         // loaded machine could make tens of thousands before the parent kills it.
         std::thread::sleep(Duration::from_micros(200));
-        if batch % 5_000 == 0 {
+        if written % 2_500 == 0 {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
@@ -169,13 +173,32 @@ impl Drop for WriterChild {
     }
 }
 
+impl WriterChild {
+    /// Fails the test if the child has exited on its own (it only ever ends by being killed).
+    fn assert_alive(&mut self) {
+        if let Some(status) = self.0.try_wait().unwrap() {
+            panic!("the writer child exited on its own ({status})");
+        }
+    }
+}
+
 fn start_writer(dir: &Path) -> WriterChild {
-    WriterChild(common::this_test_binary()
+    let mut command = common::this_test_binary();
+    command
         .args(["--exact", "writer_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env("LAPILLI_FOLLOW_DIR", dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap())
+        .stdout(std::process::Stdio::null());
+    // Killed with the test process too, when that dies without unwinding (a signal, a runner's
+    // timeout), where `Drop` does not run.
+    // SAFETY: prctl is async-signal-safe, and nothing else runs between fork and exec here.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    WriterChild(command.spawn().unwrap())
 }
 
 /// Every event read belongs to a batch that is entirely present, contiguous and in order.
@@ -219,13 +242,14 @@ fn follows_a_writer_process_through_rollover_kill_and_restart() {
             delivered.extend(batch);
         }
         // Kill the writer mid-flight, then start a new one that recovers and continues.
-        child.0.kill().unwrap();
-        child.0.wait().unwrap();
+        child.assert_alive();
+        drop(child);
         let head_at_kill = follower.head().unwrap().get();
         child = start_writer(dir.path());
         eventually_from(&mut child, "the restarted writer to append", || follower.head().unwrap().get() > head_at_kill + 20);
         assert!(round < 3);
     }
+    child.assert_alive();
     drop(child);
     let all = follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
     check_whole_batches(&all);
