@@ -23,12 +23,8 @@ fn small() -> Options {
 }
 
 /// Waits until `check` holds, for at most 10 s.
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+fn eventually(what: &str, check: impl FnMut() -> bool) {
+    wait_until(what, Duration::from_secs(10), check);
 }
 
 /// Waits until `check` holds while `child` works towards it. A child that has exited fails at
@@ -36,11 +32,17 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 /// saw this machine's VM stall for longer while the child started (2026-12-03), and a stall
 /// proves nothing about the follower.
 fn eventually_from(child: &mut WriterChild, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !check() {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            panic!("the writer child exited ({status}) before {what}");
+    wait_until(what, Duration::from_secs(120), || {
+        check() || {
+            child.assert_alive(what);
+            false
         }
+    });
+}
+
+fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -175,9 +177,9 @@ impl Drop for WriterChild {
 
 impl WriterChild {
     /// Fails the test if the child has exited on its own (it only ever ends by being killed).
-    fn assert_alive(&mut self) {
+    fn assert_alive(&mut self, before: &str) {
         if let Some(status) = self.0.try_wait().unwrap() {
-            panic!("the writer child exited on its own ({status})");
+            panic!("the writer child exited on its own ({status}) before {before}");
         }
     }
 }
@@ -242,14 +244,14 @@ fn follows_a_writer_process_through_rollover_kill_and_restart() {
             delivered.extend(batch);
         }
         // Kill the writer mid-flight, then start a new one that recovers and continues.
-        child.assert_alive();
+        child.assert_alive("it was killed");
         drop(child);
         let head_at_kill = follower.head().unwrap().get();
         child = start_writer(dir.path());
         eventually_from(&mut child, "the restarted writer to append", || follower.head().unwrap().get() > head_at_kill + 20);
         assert!(round < 3);
     }
-    child.assert_alive();
+    child.assert_alive("it was killed");
     drop(child);
     let all = follower.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
     check_whole_batches(&all);
