@@ -163,6 +163,7 @@ impl Store {
             last_recorded_at: recovered.last_recorded_at,
             poisoned: None,
             poisoned_by_sync: false,
+            spare: Default::default(),
         };
         let (queue, incoming) = sync_channel(QUEUE_DEPTH);
         let writer_completions = completions.clone();

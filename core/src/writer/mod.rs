@@ -33,6 +33,9 @@ const MAX_GROUP_REQUESTS: usize = 4096;
 const MAX_SEALING_BACKLOG: u64 = 4;
 /// Most encoded bytes one group takes from the queue.
 const MAX_GROUP_BYTES: usize = 64 << 20;
+/// The largest group buffer kept for the next group (see [`SpareBuffers`]); a larger one, from
+/// a rare huge group, is freed rather than held for the life of the store.
+const RETAINED_GROUP_BYTES: usize = 4 << 20;
 
 /// An append, validated and encoded by the caller's thread so the writer only decides, stamps
 /// and writes.
@@ -73,6 +76,17 @@ struct Commit {
     answers: Vec<(Reply, AppendResult)>,
 }
 
+/// The last group's buffers, emptied, for the next group. A group of batched appends is
+/// hundreds of KiB staged by doubling: allocated, grown and freed again for every group, its
+/// buffer cost the writer reallocations, copies and the allocator's consolidation of a large
+/// free (W1 batch 64, 16 writers, 2026-12-04).
+#[derive(Default)]
+pub(crate) struct SpareBuffers {
+    bytes: Vec<u8>,
+    event_frames: Vec<usize>,
+    answers: Vec<(Reply, AppendResult)>,
+}
+
 pub(crate) struct Writer {
     pub published: Arc<Published>,
     pub active: ActiveSegment,
@@ -103,6 +117,7 @@ pub(crate) struct Writer {
     /// The poisoning was a failed fsync: what was acknowledged since the last good one (with
     /// `buffered` durability) may not be on disk, and no later fsync can be trusted to say.
     pub poisoned_by_sync: bool,
+    pub spare: SpareBuffers,
 }
 
 fn now_micros() -> u64 {
@@ -112,10 +127,11 @@ fn now_micros() -> u64 {
 impl Writer {
     /// Serves appends until shutdown; returns the final fsync's error, which `close` reports.
     pub fn run(mut self, queue: Receiver<Command>) -> Result<()> {
+        let mut group = Vec::new();
         'serve: while let Ok(command) = queue.recv() {
             let Command::Append(first) = command else { break };
             let mut bytes = first.committed_len();
-            let mut group = vec![first];
+            group.push(first);
             let mut shutdown = false;
             while group.len() < MAX_GROUP_REQUESTS && bytes < MAX_GROUP_BYTES {
                 match queue.try_recv() {
@@ -131,7 +147,7 @@ impl Writer {
                 }
             }
             self.published.counters.dequeued(group.len() as u64);
-            self.commit_group(group);
+            self.commit_group(&mut group);
             // The group's callbacks and wakers, to the completion thread in one push.
             crate::completion::flush_deferred();
             if shutdown {
@@ -162,11 +178,17 @@ impl Writer {
         Ok(())
     }
 
-    fn commit_group(&mut self, group: Vec<AppendRequest>) {
+    /// Decides, stages, writes and answers `group` (left empty, its allocation kept).
+    fn commit_group(&mut self, group: &mut Vec<AppendRequest>) {
         let recorded_at = now_micros().max(self.last_recorded_at);
         let conditional = group.iter().any(|request| request.condition.is_some());
-        let mut commit = self.empty_commit(conditional);
-        for request in group {
+        let staged = conditional.then(|| {
+            StagedIndex::for_queries(group.iter().filter_map(|request| request.condition.as_ref()).flat_map(|condition| {
+                std::iter::once(&condition.fail_if_events_match).chain(condition.fail_if_exists.as_ref())
+            }))
+        });
+        let mut commit = self.empty_commit(staged);
+        for request in group.drain(..) {
             if let Some(poison) = &self.poisoned {
                 request.reply.send(Err(poison.clone()));
                 continue;
@@ -178,11 +200,12 @@ impl Writer {
             let needed = (commit.bytes.len() + request.committed_len()) as u64;
             if needed > self.active.remaining() {
                 // A batch never spans segments: commit what is staged, then roll over.
-                self.flush(std::mem::replace(&mut commit, self.empty_commit(conditional)), recorded_at);
+                let staged = commit.staged.take().map(StagedIndex::emptied);
+                self.flush(commit, recorded_at);
                 let rolled = self.roll_over();
                 // Chain the next records from the new segment's header (or, if the roll-over
                 // failed, from what the old segment really holds now).
-                commit = self.empty_commit(conditional);
+                commit = self.empty_commit(staged);
                 if let Err(err) = rolled {
                     request.reply.send(Err(err));
                     continue;
@@ -265,20 +288,35 @@ impl Writer {
     }
 
 
-    fn empty_commit(&self, conditional: bool) -> Commit {
+    /// A commit with nothing staged, in the spare buffers.
+    fn empty_commit(&mut self, staged: Option<StagedIndex>) -> Commit {
+        let spare = &mut self.spare;
         Commit {
-            bytes: Vec::new(),
-            staged: conditional.then(StagedIndex::default),
+            bytes: std::mem::take(&mut spare.bytes),
+            staged,
             chain: self.active.chain,
-            event_frames: Vec::new(),
-            answers: Vec::new(),
+            event_frames: std::mem::take(&mut spare.event_frames),
+            answers: std::mem::take(&mut spare.answers),
         }
     }
 
     /// Writes and (with `fsync` durability) syncs the staged batches, then publishes them and
     /// answers their callers. On failure nothing becomes visible and every staged caller gets
-    /// the error.
-    fn flush(&mut self, staged: Commit, recorded_at: u64) {
+    /// the error. The commit's buffers are kept for the next.
+    fn flush(&mut self, mut staged: Commit, recorded_at: u64) {
+        self.write_and_publish(&mut staged, recorded_at);
+        debug_assert!(staged.answers.is_empty(), "every staged caller is answered");
+        let spare = &mut self.spare;
+        if staged.bytes.capacity() <= RETAINED_GROUP_BYTES {
+            staged.bytes.clear();
+            spare.bytes = staged.bytes;
+        }
+        staged.event_frames.clear();
+        spare.event_frames = staged.event_frames;
+        spare.answers = staged.answers;
+    }
+
+    fn write_and_publish(&mut self, staged: &mut Commit, recorded_at: u64) {
         if staged.answers.is_empty() {
             return;
         }
@@ -296,7 +334,7 @@ impl Writer {
                 &e,
             );
             self.poisoned = Some(err.clone());
-            fail_all(staged.answers, &err);
+            fail_all(staged.answers.drain(..), &err);
             return;
         }
         crate::fault::crash_point("commit.before_fsync");
@@ -304,7 +342,7 @@ impl Writer {
             let started = std::time::Instant::now();
             if let Err(e) = crate::fault::io_point("commit.fsync").and_then(|_| self.active.sync_data()) {
                 self.active.forget_unsynced(staged.bytes.len());
-                self.fail_sync(&e, staged.answers);
+                self.fail_sync(&e, staged.answers.drain(..));
                 return;
             }
             self.published.counters.fsync_micros.record(started.elapsed().as_micros() as u64);
@@ -331,7 +369,7 @@ impl Writer {
         self.head += staged.event_frames.len() as u64;
         self.last_recorded_at = recorded_at;
         self.published.publish_head(self.head);
-        for (reply, result) in staged.answers {
+        for (reply, result) in staged.answers.drain(..) {
             reply.send(Ok(result));
         }
         if self.active.end - self.part_start as u64 >= self.part_bytes {
@@ -432,7 +470,7 @@ impl Writer {
     /// and cleared the error, so a retry could "succeed" without the bytes ever reaching disk
     /// (the fsync-failure studies behind PostgreSQL's and fjall's same rule). Only a reopen,
     /// which recovers from what is really on disk, can be trusted.
-    fn fail_sync(&mut self, e: &std::io::Error, answers: Vec<(Reply, AppendResult)>) {
+    fn fail_sync(&mut self, e: &std::io::Error, answers: impl IntoIterator<Item = (Reply, AppendResult)>) {
         let err = Error::io(
             format_args!(
                 "fsync of {} failed; the store accepts no more appends until it is reopened",
@@ -530,7 +568,7 @@ fn padded_end(start: u64, end: u64, capacity: u64) -> u64 {
     end.next_multiple_of(PAGE_BYTES).min(capacity).max(end)
 }
 
-fn fail_all(answers: Vec<(Reply, AppendResult)>, err: &Error) {
+fn fail_all(answers: impl IntoIterator<Item = (Reply, AppendResult)>, err: &Error) {
     for (reply, _) in answers {
         reply.send(Err(err.clone()));
     }
