@@ -536,7 +536,7 @@ pub(crate) fn recover(dir: &Path, options: &Options, published: &Published) -> R
     report.segments = count;
     report.head = Position(scan.end.next_position - 1);
     Ok(Recovered {
-        active: ActiveSegment { file, path, end: scan.end.offset as u64, chain: scan.end.chain, capacity },
+        active: ActiveSegment { file: Arc::new(file), path, end: scan.end.offset as u64, chain: scan.end.chain, capacity },
         entry,
         tail,
         parts: part_entries,

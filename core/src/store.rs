@@ -18,7 +18,7 @@ use crate::log::prepare::SegmentPreparer;
 use crate::log::zero_ahead::{GroupSizes, ZeroAhead};
 use crate::append::{AppendCondition, AppendResult};
 use crate::open::{RecoveryReport, create_store_dir, recover, take_lock};
-use crate::options::{Options, QUEUE_DEPTH};
+use crate::options::{Durability, Options, QUEUE_DEPTH};
 use crate::position::Position;
 use crate::query::Query;
 use crate::read::{Published, ReadOptions, ReadResult};
@@ -27,6 +27,7 @@ use crate::inspect::SegmentInfo;
 use crate::stats::Stats;
 use crate::writer::reply::PendingAppend;
 use crate::writer::condition::{PreChecked, pre_check};
+use crate::writer::syncer::Syncer;
 use crate::writer::{AppendRequest, Command, Writer};
 
 /// An open store: one directory, one global order of events.
@@ -164,6 +165,10 @@ impl Store {
             poisoned: None,
             poisoned_by_sync: false,
             spare: Default::default(),
+            syncer: match options.durability {
+                Durability::Fsync => Some(Syncer::start().map_err(|e| Error::io("cannot start the sync thread", &e))?),
+                Durability::Buffered => None,
+            },
         };
         let (queue, incoming) = sync_channel(QUEUE_DEPTH);
         let writer_completions = completions.clone();
@@ -268,6 +273,14 @@ impl Store {
     #[doc(hidden)]
     pub fn staged_events_indexed(&self) -> u64 {
         self.published.staged_events_indexed.load(Ordering::Relaxed)
+    }
+
+    /// How many groups the writer indexed while the sync thread synced them (groups of
+    /// 256 events or more, with `fsync` durability), for tests that show
+    /// that path is taken.
+    #[doc(hidden)]
+    pub fn overlapped_syncs(&self) -> u64 {
+        self.published.overlapped_syncs.load(Ordering::Relaxed)
     }
 
     /// Tag-dictionary lookups made so far in sealed segments' index files, for tests of what a

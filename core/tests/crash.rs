@@ -51,9 +51,15 @@ fn splitmix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Writers numbered from here append batches of 260 to 300 events, each a group of 256 events
+/// or more (with whatever the child's other threads queued): the groups the writer indexes while the sync
+/// thread syncs them (`writer/syncer.rs`).
+const LARGE_BATCH_WRITERS: u32 = 1 << 20;
+
 /// Events in batch `seq` of writer `writer`: a pure function of the two.
 fn batch(writer: u32, seq: u32) -> Vec<Event> {
-    let k = 1 + (splitmix(((writer as u64) << 32) | seq as u64) % 3) as u32;
+    let draw = splitmix(((writer as u64) << 32) | seq as u64);
+    let k = if writer >= LARGE_BATCH_WRITERS { 260 + (draw % 41) as u32 } else { 1 + (draw % 3) as u32 };
     (0..k)
         .map(|i| {
             let h = splitmix(((writer as u64) << 40) ^ ((seq as u64) << 8) ^ i as u64);
@@ -97,6 +103,7 @@ fn crash_child() {
                     last = done.last;
                     let mut out = out.lock().unwrap();
                     writeln!(out, "A {writer} {seq} {} {}", done.first, done.last).unwrap();
+                    writeln!(out, "O {}", store.overlapped_syncs()).unwrap();
                     out.flush().unwrap();
                 }
             })
@@ -118,6 +125,8 @@ struct Ack {
 struct Witnessed {
     child: Child,
     acks: Arc<Mutex<Vec<Ack>>>,
+    /// Groups its writer had indexed during their sync, as last printed.
+    overlapped_syncs: Arc<std::sync::atomic::AtomicU64>,
     reader: std::thread::JoinHandle<()>,
 }
 
@@ -142,6 +151,8 @@ fn start_sized_child(dir: &Path, writer_base: u32, fault_spec: Option<&str>, seg
     let stdout = child.stdout.take().unwrap();
     let acks = Arc::new(Mutex::new(Vec::new()));
     let sink = acks.clone();
+    let overlapped_syncs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let overlapped_sink = overlapped_syncs.clone();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -153,10 +164,12 @@ fn start_sized_child(dir: &Path, writer_base: u32, fault_spec: Option<&str>, seg
                     first: f[3].parse().unwrap(),
                     last: f[4].parse().unwrap(),
                 });
+            } else if f.len() == 2 && f[0] == "O" {
+                overlapped_sink.fetch_max(f[1].parse().unwrap(), std::sync::atomic::Ordering::Relaxed);
             }
         }
     });
-    Witnessed { child, acks, reader }
+    Witnessed { child, acks, overlapped_syncs, reader }
 }
 
 impl Witnessed {
@@ -333,6 +346,29 @@ fn kill_loop() {
     );
     assert!(batches as u32 >= cycles, "the child made too little progress to prove anything");
     assert!(segments > 3, "kills must also land around roll-overs and sealing");
+}
+
+/// Kills while the writer indexes groups of 256 events or more as the sync thread syncs them:
+/// the kill loop's invariants, with batches of 260 to 300 events from four threads, segments of
+/// 256 KiB and 1 MiB (changed between opens), and parts of a few groups.
+#[test]
+fn kills_while_large_groups_are_indexed_during_their_sync() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(11);
+    let sizes = [262144u64, 1 << 20];
+    let mut all_acks = Vec::new();
+    let mut overlapped = 0;
+    for cycle in 0..8 {
+        let running = start_sized_child(dir.path(), LARGE_BATCH_WRITERS + cycle * 10, None, *rng.pick(&sizes));
+        running.wait_for_acks(4, Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(rng.range(0, 80)));
+        let counted = running.overlapped_syncs.clone();
+        all_acks.extend(running.kill());
+        overlapped += counted.load(std::sync::atomic::Ordering::Relaxed);
+        verify_sized(dir.path(), &all_acks, *rng.pick(&sizes));
+    }
+    assert!(overlapped > 0, "no child indexed a group during its sync: the kills proved nothing about it");
 }
 
 /// A store's first segment is only allocated, and its writer has a thread writing zeros a few
@@ -530,18 +566,41 @@ fn abort_during_index_file_write() {
 
 #[test]
 fn eio_on_fsync_poisons_the_writer_until_reopen() {
+    eio_on_fsync(1, 0);
+}
+
+/// The same with a group large enough to be indexed while the sync thread syncs it, where the
+/// failure comes back from that thread, after the group was added to the tail index.
+#[test]
+fn eio_on_an_fsync_of_the_sync_thread_poisons_the_writer_until_reopen() {
+    eio_on_fsync(LARGE_BATCH_WRITERS, 4);
+}
+
+/// Appends batches of `writer` (with segments large enough for four of them in one), fails the
+/// fsync of the fourth, and expects `overlapped` groups indexed during their sync by then.
+fn eio_on_fsync(writer: u32, overlapped: u64) {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), options()).unwrap();
+    let options = sized(1 << 20);
+    let store = Store::open(dir.path(), options.clone()).unwrap();
     for seq in 0..3 {
-        store.append(batch(1, seq), None).unwrap();
+        store.append(batch(writer, seq), None).unwrap();
     }
     let head = store.head().unwrap().get();
     fault::arm("commit.fsync", Fault::Errno(libc_eio()), 0);
-    let err = store.append(batch(1, 3), None).unwrap_err();
+    let err = store.append(batch(writer, 3), None).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert_eq!(store.overlapped_syncs(), overlapped);
     assert_eq!(store.head().unwrap().get(), head, "a failed group is not published");
-    let err = store.append(batch(1, 4), None).unwrap_err();
+    assert_eq!(store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap().len() as u64, head);
+    let tag = format!("writer:{writer}");
+    let newest = store
+        .read(&Query::for_tags([tag.as_str()]), ReadOptions { backwards: true, limit: Some(1), ..Default::default() })
+        .unwrap()
+        .collect_all()
+        .unwrap();
+    assert_eq!(newest[0].position.get(), head, "the failed group's indexed events are not read");
+    let err = store.append(batch(writer, 4), None).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
     assert!(err.message().contains("reopen"), "{err}");
     store.close().unwrap();
@@ -549,12 +608,12 @@ fn eio_on_fsync_poisons_the_writer_until_reopen() {
     // Reopened in the same process (the same boot): the group whose fsync failed was never
     // made durable and is not served, though its bytes reached the page cache; new batches
     // take its positions.
-    let store = Store::open(dir.path(), options()).unwrap();
+    let store = Store::open(dir.path(), options.clone()).unwrap();
     assert_eq!(store.head().unwrap().get(), head, "what was never made durable is not served");
-    let next = store.append(batch(1, 5), None).unwrap();
+    let next = store.append(batch(writer, 5), None).unwrap();
     assert_eq!(next.first.get(), head + 1);
     store.close().unwrap();
-    let store = Store::open(dir.path(), options()).unwrap();
+    let store = Store::open(dir.path(), options).unwrap();
     let seqs = batch_seqs(&store);
     assert_eq!(seqs, vec![0, 1, 2, 5]);
     store.close().unwrap();

@@ -286,3 +286,83 @@ fn groups_without_a_condition_index_nothing_for_conditions() {
     assert_eq!(store.staged_events_indexed(), 2, "a group with a condition indexes what it stages");
     store.close().unwrap();
 }
+
+/// With `fsync` durability a group of 256 events or more is indexed while the sync thread syncs
+/// it. What it indexes must be exactly what a reopen rebuilds from the log, visible to readers
+/// only once synced, and seen by the next group's conditions; small groups take the old path.
+/// Threads append batches of 300 (every other one guarded by a condition on the writer's own
+/// tag after its last position, which the groups before answer): once all in one part, read
+/// from the tail index the writer built, and once across parts and roll-overs.
+#[test]
+fn large_groups_indexed_during_their_sync_read_back_as_a_reopen_rebuilds_them() {
+    large_groups_read_back(Options { durability: Durability::Fsync, segment_size: 4 << 20, ..Options::default() });
+    large_groups_read_back(Options {
+        durability: Durability::Fsync,
+        segment_size: 256 << 10,
+        part_bytes: 24 << 10,
+        ..Options::default()
+    });
+}
+
+fn large_groups_read_back(options: Options) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(Store::open(dir.path(), options.clone()).unwrap());
+    store.append(vec![Event::new("Small", ["s"], vec![1])], None).unwrap();
+    assert_eq!(store.overlapped_syncs(), 0, "a one-event group is synced on the writer");
+    let threads: Vec<_> = (0..4u32)
+        .map(|w| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut last = Position::ZERO;
+                for seq in 0..12u32 {
+                    let events: Vec<Event> = (0..300u32)
+                        .map(|i| {
+                            let tags = vec![format!("writer:{w}"), format!("id:{w}:{seq}:{i}")];
+                            Event::new(format!("T{}", i % 3), tags, vec![w as u8, seq as u8, i as u8])
+                        })
+                        .collect();
+                    let guard = (seq % 2 == 1)
+                        .then(|| AppendCondition::new(Query::for_tags([format!("writer:{w}")])).after(last));
+                    last = store.append(events, guard).unwrap().last;
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(store.overlapped_syncs() > 0, "no group was indexed during its sync");
+    // The next group's condition sees the last overlapped group's events.
+    let last_of_writer_0 = store
+        .read(&Query::for_tags(["writer:0"]), ReadOptions { backwards: true, limit: Some(1), ..Default::default() })
+        .unwrap()
+        .collect_all()
+        .unwrap()[0]
+        .position;
+    let stale = AppendCondition::new(Query::for_tags(["writer:0"])).after(Position(last_of_writer_0.get() - 1));
+    let err = store.append(vec![Event::new("Small", ["s"], vec![2])], Some(stale)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    let before = (all(&store), tag_reads(&store));
+    assert_eq!(before.0.len(), 1 + 4 * 12 * 300);
+    let store = std::sync::Arc::into_inner(store).unwrap();
+    store.close().unwrap();
+    let reopened = Store::open(dir.path(), options).unwrap();
+    assert_eq!((all(&reopened), tag_reads(&reopened)), before, "the index built during the syncs differs from the log");
+    reopened.close().unwrap();
+}
+
+/// Positions of each writer's tag, of one id tag, and of each type, forwards and backwards.
+fn tag_reads(store: &Store) -> Vec<Vec<u64>> {
+    let mut queries: Vec<Query> = (0..4).map(|w| Query::for_tags([format!("writer:{w}")])).collect();
+    queries.push(Query::for_tags(["id:2:7:99"]));
+    queries.extend((0..3).map(|t| Query::for_types([format!("T{t}")])));
+    queries.push(Query::of([QueryItem::new(["T1"], ["writer:3"])]));
+    let mut out = Vec::new();
+    for query in &queries {
+        for backwards in [false, true] {
+            let read = store.read(query, ReadOptions { backwards, ..Default::default() }).unwrap();
+            out.push(read.collect_all().unwrap().iter().map(|e| e.position.get()).collect());
+        }
+    }
+    out
+}

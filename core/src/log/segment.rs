@@ -400,7 +400,7 @@ pub fn check_header(bytes: &[u8], base: u64, path: &Path) -> Result<u32> {
 
 /// The writer's side of the active segment.
 pub struct ActiveSegment {
-    pub file: File,
+    pub file: Arc<File>,
     pub path: PathBuf,
     /// Byte offset just past the last committed batch.
     pub end: u64,
@@ -561,7 +561,7 @@ mod tests {
         let path = dir.path().join("segment");
         fs::write(&path, vec![0xa5u8; 8192]).unwrap();
         let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
-        let active = ActiveSegment { file, path: path.clone(), end: 100, chain: 0, capacity: 8192 };
+        let active = ActiveSegment { file: Arc::new(file), path: path.clone(), end: 100, chain: 0, capacity: 8192 };
         active.write_at_end_padded(b"group", 4096 - 105).unwrap();
         let bytes = fs::read(&path).unwrap();
         assert!(bytes[..100].iter().all(|&b| b == 0xa5));

@@ -58,6 +58,8 @@ pub(crate) struct Published {
     /// Staged events indexed for in-group conditions: a statistic for tests (groups without a
     /// condition index none).
     pub staged_events_indexed: AtomicU64,
+    /// Groups indexed while the syncer thread synced them: a statistic for tests.
+    pub overlapped_syncs: AtomicU64,
     /// Why this handle can no longer answer exactly (a follower whose accepted log was
     /// rewritten under it). Set once; from then on every read, `head()` and subscription fails
     /// with it rather than answer from bytes that are no longer the log.
@@ -84,6 +86,7 @@ impl Published {
             sealing: AtomicU64::new(0),
             commit_groups: AtomicU64::new(0),
             staged_events_indexed: AtomicU64::new(0),
+            overlapped_syncs: AtomicU64::new(0),
             failure: Arc::default(),
             listed_segments: AtomicU64::new(0),
             counters: crate::stats::Counters::default(),

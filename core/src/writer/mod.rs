@@ -4,6 +4,7 @@
 
 pub(crate) mod condition;
 pub(crate) mod reply;
+pub(crate) mod syncer;
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -25,12 +26,18 @@ use crate::append::{AppendCondition, AppendResult};
 use crate::options::Durability;
 use condition::StagedIndex;
 use reply::Reply;
+use syncer::Syncer;
 
 /// Most requests one group takes from the queue; bounds the latency of the first of them.
 const MAX_GROUP_REQUESTS: usize = 4096;
 /// Sealer jobs (parts and segments whose index files are not written yet) past which the
 /// writer waits for the sealer before it starts another part.
 const MAX_SEALING_BACKLOG: u64 = 4;
+/// Events in a group from which its tail index is built while the sync thread syncs it. Below
+/// it the sync runs on the writer: at 64, groups of 64 to 128 unbatched appends (from as many
+/// callers) took the hand-offs too and lost a little (W2 at 128 writers); at 256 only batched
+/// groups take them (bench/README.md, "The index built during the sync").
+const OVERLAPPED_INDEX_EVENTS: usize = 256;
 /// Most encoded bytes one group takes from the queue.
 const MAX_GROUP_BYTES: usize = 64 << 20;
 /// The largest group buffer kept for the next group (see [`SpareBuffers`]); a larger one, from
@@ -74,7 +81,13 @@ struct Commit {
     /// Offset in `bytes` of each staged event's frame, in position order.
     event_frames: Vec<usize>,
     answers: Vec<(Reply, AppendResult)>,
+    /// The staged requests' own buffers, freed while a large group's sync runs (freeing the
+    /// callers' allocations is allocator work the writer need not wait through).
+    retired: Vec<Retired>,
 }
+
+/// What is left of a staged request once its bytes are copied and its reply is kept.
+type Retired = (Vec<u8>, Vec<usize>, Option<AppendCondition>);
 
 /// The last group's buffers, emptied, for the next group. A group of batched appends is
 /// hundreds of KiB staged by doubling: allocated, grown and freed again for every group, its
@@ -85,6 +98,7 @@ pub(crate) struct SpareBuffers {
     bytes: Vec<u8>,
     event_frames: Vec<usize>,
     answers: Vec<(Reply, AppendResult)>,
+    retired: Vec<Retired>,
 }
 
 pub(crate) struct Writer {
@@ -118,6 +132,9 @@ pub(crate) struct Writer {
     /// `buffered` durability) may not be on disk, and no later fsync can be trusted to say.
     pub poisoned_by_sync: bool,
     pub spare: SpareBuffers,
+    /// Runs the `fdatasync` of a large group while the writer indexes it (None with `buffered`
+    /// durability).
+    pub syncer: Option<Syncer>,
 }
 
 fn now_micros() -> u64 {
@@ -284,7 +301,9 @@ impl Writer {
         commit.bytes.extend_from_slice(&marker_payload(first, count as u32));
         commit.chain = seal_frame(&mut commit.bytes[marker_start..], 0, chain);
         let last = first + count as u64 - 1;
-        commit.answers.push((request.reply, AppendResult { first: Position(first), last: Position(last) }));
+        let AppendRequest { encoded, frame_starts, condition, checked: _, reply } = request;
+        commit.answers.push((reply, AppendResult { first: Position(first), last: Position(last) }));
+        commit.retired.push((encoded, frame_starts, condition));
     }
 
 
@@ -297,6 +316,7 @@ impl Writer {
             chain: self.active.chain,
             event_frames: std::mem::take(&mut spare.event_frames),
             answers: std::mem::take(&mut spare.answers),
+            retired: std::mem::take(&mut spare.retired),
         }
     }
 
@@ -314,6 +334,8 @@ impl Writer {
         staged.event_frames.clear();
         spare.event_frames = staged.event_frames;
         spare.answers = staged.answers;
+        staged.retired.clear();
+        spare.retired = staged.retired;
     }
 
     fn write_and_publish(&mut self, staged: &mut Commit, recorded_at: u64) {
@@ -338,28 +360,58 @@ impl Writer {
             return;
         }
         crate::fault::crash_point("commit.before_fsync");
-        if self.durability == Durability::Fsync {
-            let started = std::time::Instant::now();
-            if let Err(e) = crate::fault::io_point("commit.fsync").and_then(|_| self.active.sync_data()) {
-                self.active.forget_unsynced(staged.bytes.len());
-                self.fail_sync(&e, staged.answers.drain(..));
-                return;
+        let segment_offset = self.active.end;
+        let segment_base = self.active_entry.base;
+        let index = |tail: &TailIndex, head: u64| {
+            for (i, &frame) in staged.event_frames.iter().enumerate() {
+                let position = head + 1 + i as u64;
+                let len = u32::from_le_bytes(staged.bytes[frame..frame + 4].try_into().unwrap()) as usize;
+                let payload = &staged.bytes[frame + FRAME_LEN..frame + FRAME_LEN + len];
+                let view = EventView::decode(Position(position), payload).expect("staged events were encoded by us");
+                tail.add((position - segment_base) as u32, segment_offset + frame as u64, &view);
             }
-            self.published.counters.fsync_micros.record(started.elapsed().as_micros() as u64);
+        };
+        if self.durability == Durability::Fsync {
+            // A large group is indexed (and its requests' buffers freed) while the sync thread
+            // syncs it: the tail index is read only up to the published head, so indexing before
+            // the sync is done shows nothing early. A small group is synced here, since two
+            // thread hand-offs would cost more than its index. Only the index overlaps the sync,
+            // not the next group: see ARCHITECTURE.md, "The index built during the sync".
+            let overlap = staged.event_frames.len() >= OVERLAPPED_INDEX_EVENTS;
+            let synced = match self.syncer.as_mut().filter(|_| overlap) {
+                Some(syncer) => {
+                    crate::stats::bump(&self.published.overlapped_syncs, 1);
+                    syncer.begin(self.active.file.clone());
+                    index(&self.active_index, self.head);
+                    staged.retired.clear();
+                    syncer.finish()
+                }
+                None => {
+                    let started = std::time::Instant::now();
+                    let synced = crate::fault::io_point("commit.fsync").and_then(|_| self.active.sync_data());
+                    if synced.is_ok() {
+                        index(&self.active_index, self.head);
+                    }
+                    synced.map(|()| started.elapsed())
+                }
+            };
+            match synced {
+                Ok(took) => self.published.counters.fsync_micros.record(took.as_micros() as u64),
+                Err(e) => {
+                    // What was indexed lies above the published head, which never reaches it:
+                    // the writer is poisoned until a reopen, which recovers from the file.
+                    self.active.forget_unsynced(staged.bytes.len());
+                    self.fail_sync(&e, staged.answers.drain(..));
+                    return;
+                }
+            }
+        } else {
+            index(&self.active_index, self.head);
         }
         crate::fault::crash_point("commit.after_fsync");
         // Only this thread writes it: a plain store, not a locked add (see `stats::bump`).
         crate::stats::bump(&self.published.commit_groups, 1);
         self.published.counters.committed(staged.event_frames.len() as u64, staged.bytes.len() as u64);
-        let segment_offset = self.active.end;
-        let segment_base = self.active_entry.base;
-        for (i, &frame) in staged.event_frames.iter().enumerate() {
-            let position = self.head + 1 + i as u64;
-            let len = u32::from_le_bytes(staged.bytes[frame..frame + 4].try_into().unwrap()) as usize;
-            let payload = &staged.bytes[frame + FRAME_LEN..frame + FRAME_LEN + len];
-            let view = EventView::decode(Position(position), payload).expect("staged events were encoded by us");
-            self.active_index.add((position - segment_base) as u32, segment_offset + frame as u64, &view);
-        }
         self.active.end += staged.bytes.len() as u64;
         self.active.chain = staged.chain;
         if self.active.end * 2 >= self.active.capacity {
@@ -546,7 +598,7 @@ impl Writer {
         self.hand_to_sealer(SealJob::Segment { empty_last, next_base: base });
         self.part_start = crate::log::segment::FIRST_RECORD_OFFSET as usize;
         self.active = ActiveSegment {
-            file,
+            file: Arc::new(file),
             path,
             end: crate::log::segment::FIRST_RECORD_OFFSET,
             chain,
