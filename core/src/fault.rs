@@ -14,6 +14,9 @@
 //! `segment.zero_ahead.copy` and `segment.zero_ahead.sync` (a step of the zeroer,
 //! `log/zero_ahead.rs`: its copy of zeros into the page cache, and their flush and sync),
 //! `segment.before_header`, `index.before_rename`, `dir.fsync` (every fsync of a directory).
+//! `commit.fsync` is reached on the writer for a group under 256 events and on the
+//! `lapilli-sync` thread for a larger one (`writer/syncer.rs`); one sync runs at a time, so skip
+//! counts go in commit order either way.
 
 /// What an armed point does when it fires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,12 +25,16 @@ pub enum Fault {
     Abort,
     /// Fail the I/O operation at this point with this errno.
     Errno(i32),
+    /// Wait at this point until [`release_held`] is called, then go on as if nothing was armed:
+    /// for tests of what others see while an operation is under way ([`holding`] says when
+    /// the point is reached).
+    Hold,
 }
 
 #[cfg(feature = "fault-injection")]
 mod armed {
     use super::Fault;
-    use std::sync::Mutex;
+    use std::sync::{Condvar, Mutex};
 
     struct Armed {
         point: String,
@@ -66,6 +73,37 @@ mod armed {
         arm(point, fault, skip);
     }
 
+    static HELD: Mutex<Held> = Mutex::new(Held { holding: false, released: false });
+    static HELD_CHANGED: Condvar = Condvar::new();
+
+    struct Held {
+        holding: bool,
+        released: bool,
+    }
+
+    /// Whether a thread waits at a point armed with `Hold`.
+    pub fn holding() -> bool {
+        HELD.lock().unwrap().holding
+    }
+
+    /// Lets the thread waiting at a `Hold` point go on; nothing if none waits.
+    pub fn release_held() {
+        let mut held = HELD.lock().unwrap();
+        if held.holding {
+            held.released = true;
+            HELD_CHANGED.notify_all();
+        }
+    }
+
+    pub fn hold_here() {
+        let mut held = HELD.lock().unwrap();
+        held.holding = true;
+        while !held.released {
+            held = HELD_CHANGED.wait(held).unwrap();
+        }
+        *held = Held { holding: false, released: false };
+    }
+
     pub fn hit(point: &str) -> Option<Fault> {
         let mut armed = ARMED.lock().unwrap();
         let i = armed.iter().position(|a| a.point == point)?;
@@ -78,7 +116,13 @@ mod armed {
 }
 
 #[cfg(feature = "fault-injection")]
-pub use armed::{arm, arm_from_env, disarm_all, is_armed};
+pub use armed::{arm, arm_from_env, disarm_all, holding, is_armed, release_held};
+
+#[cfg(feature = "fault-injection")]
+use armed::hold_here;
+
+#[cfg(not(feature = "fault-injection"))]
+fn hold_here() {}
 
 #[cfg(feature = "fault-injection")]
 pub(crate) use armed::hit;
@@ -89,11 +133,13 @@ pub(crate) fn hit(_point: &str) -> Option<Fault> {
     None
 }
 
-/// A crash point: aborts the process if armed with `Abort`.
+/// A crash point: aborts the process if armed with `Abort`, waits if armed with `Hold`.
 #[inline(always)]
 pub(crate) fn crash_point(point: &str) {
-    if let Some(Fault::Abort) = hit(point) {
-        std::process::abort();
+    match hit(point) {
+        Some(Fault::Abort) => std::process::abort(),
+        Some(Fault::Hold) => hold_here(),
+        Some(Fault::Errno(_)) | None => {}
     }
 }
 
@@ -104,5 +150,9 @@ pub(crate) fn io_point(point: &str) -> std::io::Result<()> {
         None => Ok(()),
         Some(Fault::Abort) => std::process::abort(),
         Some(Fault::Errno(errno)) => Err(std::io::Error::from_raw_os_error(errno)),
+        Some(Fault::Hold) => {
+            hold_here();
+            Ok(())
+        }
     }
 }

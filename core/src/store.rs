@@ -138,6 +138,11 @@ impl Store {
         let found_parts = recovered.parts;
         let head = recovery.head.get();
         published.publish_head(head);
+        // Started before the sealer: a failure here leaves no thread behind.
+        let syncer = match options.durability {
+            Durability::Fsync => Some(Syncer::start().map_err(|e| Error::io("cannot start the sync thread", &e))?),
+            Durability::Buffered => None,
+        };
         let (to_sealer, sealer_queue) = std::sync::mpsc::channel();
         let sealer_published = published.clone();
         let file_mode = options.file_mode;
@@ -165,10 +170,7 @@ impl Store {
             poisoned: None,
             poisoned_by_sync: false,
             spare: Default::default(),
-            syncer: match options.durability {
-                Durability::Fsync => Some(Syncer::start().map_err(|e| Error::io("cannot start the sync thread", &e))?),
-                Durability::Buffered => None,
-            },
+            syncer,
         };
         let (queue, incoming) = sync_channel(QUEUE_DEPTH);
         let writer_completions = completions.clone();

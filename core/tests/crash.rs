@@ -371,6 +371,67 @@ fn kills_while_large_groups_are_indexed_during_their_sync() {
     assert!(overlapped > 0, "no child indexed a group during its sync: the kills proved nothing about it");
 }
 
+/// While a large group's fdatasync is under way on the sync thread (held at `commit.fsync`), its
+/// events are already in the tail index, and nothing shows them: not the head, reads, `types()`,
+/// `tags()`, nor the caller's answer. A conditional append sent meanwhile passes its caller's
+/// check (against the head before the group) and is decided by the writer after the sync,
+/// against the group: `Conflict` at the group's first event.
+#[test]
+fn nothing_of_a_group_shows_while_its_sync_is_under_way() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), sized(1 << 20)).unwrap();
+    store.append(batch(1, 0), None).unwrap();
+    let head = store.head().unwrap().get();
+    let everything = |store: &Store| {
+        let events = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+        (store.head().unwrap().get(), events.len(), store.types().unwrap(), store.tags("").unwrap())
+    };
+    let before = everything(&store);
+    let large_tag = format!("writer:{LARGE_BATCH_WRITERS}");
+    // A failed assertion below must not leave the sync thread held (the store's drop would wait
+    // for it for ever, and the test hang instead of failing).
+    struct ReleaseOnDrop;
+    impl Drop for ReleaseOnDrop {
+        fn drop(&mut self) {
+            fault::disarm_all();
+            fault::release_held();
+        }
+    }
+    let _release = ReleaseOnDrop;
+    fault::arm("commit.fsync", Fault::Hold, 0);
+    let (answered, answers) = std::sync::mpsc::channel();
+    let group = store.submit(batch(LARGE_BATCH_WRITERS, 0), None);
+    let sink = answered.clone();
+    group.on_complete(move |result| sink.send(("group", result)).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fault::holding() {
+        assert!(Instant::now() < deadline, "the group's sync never reached commit.fsync");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let guard = AppendCondition::new(Query::for_tags([large_tag.as_str()])).after(Position(head));
+    store.submit(vec![Event::new("Check", ["check"], vec![])], Some(guard)).on_complete(move |result| {
+        answered.send(("guarded", result)).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(everything(&store), before, "something of the group showed before its sync was done");
+    assert!(store.read(&Query::for_tags([large_tag.as_str()]), ReadOptions::default()).unwrap().collect_all().unwrap().is_empty());
+    assert!(answers.try_recv().is_err(), "an answer came before the sync was done");
+    fault::release_held();
+    let mut results: Vec<_> = (0..2).map(|_| answers.recv_timeout(Duration::from_secs(30)).unwrap()).collect();
+    results.sort_by_key(|(who, _)| *who);
+    let (_, group) = &results[0];
+    let group = group.as_ref().unwrap();
+    assert_eq!(group.first.get(), head + 1);
+    let (_, guarded) = &results[1];
+    let err = guarded.as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert_eq!(err.position(), Some(Position(head + 1)));
+    assert_eq!(store.overlapped_syncs(), 1);
+    assert_eq!(store.head().unwrap().get(), group.last.get());
+    store.close().unwrap();
+}
+
 /// A store's first segment is only allocated, and its writer has a thread writing zeros a few
 /// MiB ahead of the commits (`log/zero_ahead.rs`) once it has written 64 KiB. Crashes in the
 /// middle of its steps (between claiming a range and copying the zeros, between the copy and the

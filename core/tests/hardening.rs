@@ -332,7 +332,9 @@ fn large_groups_read_back(options: Options) {
         t.join().unwrap();
     }
     assert!(store.overlapped_syncs() > 0, "no group was indexed during its sync");
-    // The next group's condition sees the last overlapped group's events.
+    // A condition after the newest event but one of writer 0 conflicts with it. (The caller's
+    // check decides this one, the events being published; the writer's own check against a
+    // group whose sync is under way is in crash.rs, `nothing_of_a_group_shows_while_...`.)
     let last_of_writer_0 = store
         .read(&Query::for_tags(["writer:0"]), ReadOptions { backwards: true, limit: Some(1), ..Default::default() })
         .unwrap()

@@ -41,7 +41,8 @@ const OVERLAPPED_INDEX_EVENTS: usize = 256;
 /// Most encoded bytes one group takes from the queue.
 const MAX_GROUP_BYTES: usize = 64 << 20;
 /// The largest group buffer kept for the next group (see [`SpareBuffers`]); a larger one, from
-/// a rare huge group, is freed rather than held for the life of the store.
+/// a rare huge group, is freed rather than held for the life of the store. It also bounds the
+/// frame offsets kept (in bytes), and the requests' buffers held for freeing during a sync.
 const RETAINED_GROUP_BYTES: usize = 4 << 20;
 
 /// An append, validated and encoded by the caller's thread so the writer only decides, stamps
@@ -82,8 +83,11 @@ struct Commit {
     event_frames: Vec<usize>,
     answers: Vec<(Reply, AppendResult)>,
     /// The staged requests' own buffers, freed while a large group's sync runs (freeing the
-    /// callers' allocations is allocator work the writer need not wait through).
+    /// callers' allocations is allocator work the writer need not wait through), up to
+    /// `RETAINED_GROUP_BYTES` of them: past that, and with `buffered` durability, a request's
+    /// buffers are freed once staged, so a group holds its bytes about once, not twice.
     retired: Vec<Retired>,
+    retired_bytes: usize,
 }
 
 /// What is left of a staged request once its bytes are copied and its reply is kept.
@@ -303,7 +307,10 @@ impl Writer {
         let last = first + count as u64 - 1;
         let AppendRequest { encoded, frame_starts, condition, checked: _, reply } = request;
         commit.answers.push((reply, AppendResult { first: Position(first), last: Position(last) }));
-        commit.retired.push((encoded, frame_starts, condition));
+        if self.syncer.is_some() && commit.retired_bytes + encoded.len() <= RETAINED_GROUP_BYTES {
+            commit.retired_bytes += encoded.len();
+            commit.retired.push((encoded, frame_starts, condition));
+        }
     }
 
 
@@ -317,6 +324,7 @@ impl Writer {
             event_frames: std::mem::take(&mut spare.event_frames),
             answers: std::mem::take(&mut spare.answers),
             retired: std::mem::take(&mut spare.retired),
+            retired_bytes: 0,
         }
     }
 
@@ -331,8 +339,10 @@ impl Writer {
             staged.bytes.clear();
             spare.bytes = staged.bytes;
         }
-        staged.event_frames.clear();
-        spare.event_frames = staged.event_frames;
+        if staged.event_frames.capacity() <= RETAINED_GROUP_BYTES / std::mem::size_of::<usize>() {
+            staged.event_frames.clear();
+            spare.event_frames = staged.event_frames;
+        }
         spare.answers = staged.answers;
         staged.retired.clear();
         spare.retired = staged.retired;

@@ -1,5 +1,5 @@
-//! The thread that runs a written group's `fdatasync` while the writer stages and writes the
-//! next group (ARCHITECTURE.md, "One group synced while the next is staged").
+//! The thread that runs a large group's `fdatasync` while the writer builds the group's tail
+//! index (ARCHITECTURE.md, "The index built during the sync"). The next group waits for both.
 //!
 //! It only syncs: deciding, publishing, answering and poisoning stay on the writer, which hands
 //! it one sync at a time and takes its result before it hands another.
@@ -27,6 +27,9 @@ impl Syncer {
             for file in incoming {
                 let started = Instant::now();
                 let synced = crate::fault::io_point("commit.fsync").and_then(|_| file.sync_data());
+                // Not kept past the sync: after a roll-over the old segment's file is closed by
+                // the writer's drop of it, not whenever this thread next wakes.
+                drop(file);
                 if results.send(synced.map(|()| started.elapsed())).is_err() {
                     return;
                 }
