@@ -8,7 +8,10 @@
 //! the page cache (resident after it and not before it; `mincore` reports the page cache only
 //! for files the caller owns or may write).
 //!
-//!   cargo run --release -p lapilli-core --example cold_newest -- DIR [EVENTS] [SEGMENT_MIB] [TAG]
+//! EXTRA (default 0) more events, none of them tagged TAG, are then appended in a second open and
+//! the store closed again, as the bench's stale-cursor cell does between the scale cells' rounds.
+//!
+//!   cargo run --release -p lapilli-core --example cold_newest -- DIR [EVENTS] [SEGMENT_MIB] [TAG] [EXTRA]
 mod common;
 
 use std::os::unix::io::AsRawFd;
@@ -22,6 +25,7 @@ fn main() {
     let events: u64 = args.get(1).map_or(500_000, |a| a.parse().unwrap());
     let segment_mib: u64 = args.get(2).map_or(32, |a| a.parse().unwrap());
     let tag = args.get(3).cloned().unwrap_or_else(|| "entity:1".into());
+    let extra: u64 = args.get(4).map_or(0, |a| a.parse().unwrap());
     let options = Options { durability: Durability::Buffered, segment_size: segment_mib << 20, ..Options::default() };
     if !dir.exists() {
         let store = Store::open(&dir, options.clone()).unwrap();
@@ -31,6 +35,13 @@ fn main() {
             let batch = (i..i + n).map(event).collect();
             store.append(batch, None).unwrap();
             i += n;
+        }
+        store.close().unwrap();
+    }
+    if extra > 0 {
+        let store = Store::open(&dir, options.clone()).unwrap();
+        for _ in 0..extra {
+            store.append(vec![Event::new("Other", ["entity:other"], vec![0x44; 256])], None).unwrap();
         }
         store.close().unwrap();
     }
