@@ -49,7 +49,9 @@ impl Location {
             }
             None => Ok(Location::Embedded(path.to_path_buf())),
             Some(scheme) if scheme.eq_ignore_ascii_case("postgresql") || scheme.eq_ignore_ascii_case("postgres") => {
-                Ok(Location::Postgres(text.to_string()))
+                // Schemes are case-insensitive (RFC 3986), the driver's parser is not: it is
+                // given the scheme in lower case.
+                Ok(Location::Postgres(format!("{}{}", scheme.to_ascii_lowercase(), &text[scheme.len()..])))
             }
             // Named by its scheme only: the rest of a URL may hold a password.
             Some(scheme) => Err(Error::invalid(format!(
@@ -159,9 +161,12 @@ mod tests {
 
     #[test]
     fn postgres_urls_and_unknown_schemes() {
-        for url in ["postgresql://u@h/db?context=c", "postgres://h/db", "PostgreSQL://h/db"] {
+        for url in ["postgresql://u@h/db?context=c", "postgres://h/db"] {
             assert_eq!(Location::parse(url).unwrap(), Location::Postgres(url.to_string()));
         }
+        // The driver takes only a lower-case scheme; the rest is left as written.
+        assert_eq!(Location::parse("PostgreSQL://U@H/Db").unwrap(), Location::Postgres("postgresql://U@H/Db".into()));
+        assert_eq!(Location::parse("POSTGRES://h/db").unwrap(), Location::Postgres("postgres://h/db".into()));
         for bad in ["mysql://h/db", "http://example.com/x", "s3://bucket/x", "ab://x"] {
             let err = Location::parse(bad).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);

@@ -285,6 +285,17 @@ impl Store {
         self.published.overlapped_syncs.load(Ordering::Relaxed)
     }
 
+    /// Statements sent for events by reads and subscriptions of a Postgres handle (0 for an
+    /// embedded store), for tests of what they cost.
+    #[doc(hidden)]
+    pub fn postgres_looks(&self) -> u64 {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return pg.shared.looks.load(Ordering::Relaxed);
+        }
+        0
+    }
+
     /// Tag-dictionary lookups made so far in sealed segments' index files, for tests of what a
     /// condition check touches.
     #[doc(hidden)]

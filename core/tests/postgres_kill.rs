@@ -62,6 +62,10 @@ fn killing_the_server_loses_no_acknowledged_batch_and_leaves_no_partial_one() {
             let (store, tally, stop, restarted) = (store.clone(), tally.clone(), stop.clone(), restarted.clone());
             std::thread::spawn(move || {
                 let mut n = 0;
+                // Whether an earlier attempt at batch n was answered with an unknown outcome:
+                // only then may a retry find the batch there. One answered "not committed"
+                // must not have been.
+                let mut maybe_committed = false;
                 while !stop.load(Ordering::Acquire) {
                     let id = format!("batch:{thread}:{n}");
                     let events: Vec<Event> = (0..BATCH)
@@ -78,12 +82,21 @@ fn killing_the_server_loses_no_acknowledged_batch_and_leaves_no_partial_one() {
                                 tally.after_restart += 1;
                             }
                             n += 1;
+                            maybe_committed = false;
                         }
                         // An earlier attempt whose outcome was unknown did commit (the guard's
                         // boundary clause names the same tag, and is reported first).
-                        Err(e) if matches!(e.kind(), ErrorKind::AlreadyExists | ErrorKind::Conflict) => n += 1,
+                        Err(e) if matches!(e.kind(), ErrorKind::AlreadyExists | ErrorKind::Conflict) => {
+                            assert!(
+                                maybe_committed,
+                                "{id} is in the log, but every earlier attempt at it was answered as not committed: {e}"
+                            );
+                            n += 1;
+                            maybe_committed = false;
+                        }
                         Err(e) => {
                             assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+                            maybe_committed |= !e.message().contains("it was not committed");
                             let mut tally = tally.lock().unwrap();
                             tally.io_errors += 1;
                             if e.message().contains("unknown") {

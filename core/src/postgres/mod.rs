@@ -74,6 +74,14 @@ impl Connector {
 }
 
 /// What every thread of a Postgres handle shares.
+/// Unless the URL sets them (`connect_timeout=`, `tcp_user_timeout=`, `keepalives_idle=`): how
+/// long a connection attempt may take, how long sent data may go unacknowledged (keepalive
+/// probes included) before the connection is dropped, and how long a connection may be idle
+/// before keepalives probe it. A dead server is then an `Io` error within about a minute.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(30);
+
 pub(crate) struct PgShared {
     pub connector: Connector,
     /// The URL with its password replaced, for messages and `Store::path`.
@@ -90,6 +98,9 @@ pub(crate) struct PgShared {
     /// The most connections lent to reads at once (`?max_connections=`).
     max_lent: usize,
     pub poll: Duration,
+    /// Statements reads have sent for events (`PgRead`'s looks), for tests of what a read or a
+    /// subscription costs.
+    pub looks: std::sync::atomic::AtomicU64,
 }
 
 /// The read connections of a handle: the idle ones, and how many are lent to reads now.
@@ -210,6 +221,7 @@ impl PgStore {
     ) -> Result<PgStore> {
         let parsed = parse_url(url)?;
         let mut client = parsed.connector.connect(&parsed.redacted)?;
+        sql::check_encoding(&mut client, &parsed.redacted)?;
         sql::create_schema(&mut client, &parsed.context, &parsed.redacted, read_only)?;
         let head = sql::head(&mut client, &parsed.context, &parsed.redacted)?;
         published.publish_head(head);
@@ -230,6 +242,7 @@ impl PgStore {
             returned: Condvar::new(),
             max_lent: parsed.max_connections,
             poll: parsed.poll,
+            looks: Default::default(),
         });
         let stop_listening = Arc::new(AtomicBool::new(false));
         let listener = {
@@ -405,6 +418,19 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
         driver_url.parse().map_err(|e: postgres::Error| bad(format!("not a PostgreSQL URL the driver accepts: {e}")))?;
     if config.get_application_name().is_none() {
         config.application_name("lapilli");
+    }
+    // The driver's own defaults are no connect timeout and a first keepalive after two hours:
+    // a server gone silent (a partition, no reset) left a commit, a read or the listener's
+    // poll waiting for as long as TCP retransmits, some fifteen minutes, and `writer::resolve`
+    // twenty connection attempts of the SYN timeout each. The URL's own values stand.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
+    }
+    if !driver_url.contains("keepalives_idle=") {
+        config.keepalives_idle(DEFAULT_KEEPALIVES_IDLE);
     }
     // Nothing is added to the startup packet's `options` (JIT is turned off after connecting,
     // see `Connector::connect`, and per writer transaction): PgBouncer refuses a connection
@@ -650,6 +676,18 @@ fn percent_decode(value: &str) -> std::result::Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_silent_server_is_given_up_on_within_a_minute_unless_the_url_says_otherwise() {
+        let config = parse_url("postgresql://u@h/db").unwrap().connector.config;
+        assert_eq!(config.get_connect_timeout(), Some(&DEFAULT_CONNECT_TIMEOUT));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&DEFAULT_TCP_USER_TIMEOUT));
+        assert_eq!(config.get_keepalives_idle(), DEFAULT_KEEPALIVES_IDLE);
+        let config = parse_url("postgresql://u@h/db?connect_timeout=3&tcp_user_timeout=7&keepalives_idle=7200").unwrap().connector.config;
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(7)));
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(7200));
+    }
 
     #[test]
     fn urls_are_checked_and_redacted() {

@@ -107,6 +107,14 @@ impl PgRead {
         }
     }
 
+    /// A forward read of `query` over what follows this one's window, up to `head`, starting
+    /// at the page size this one reached (a subscription's passes, one after another).
+    pub fn continued(&self, query: &Query, head: u64) -> PgRead {
+        let mut next = PgRead::new(self.shared.clone(), query, self.head + 1, head, false, head, u64::MAX);
+        next.page_size = self.page_size;
+        next
+    }
+
     /// The first `limit` matches of `low..=high` in the read's direction, stopping early at
     /// `budget` bytes.
     fn look(&self, low: u64, high: u64, plan: Plan, limit: u64, budget: usize) -> Result<Look> {
@@ -123,6 +131,7 @@ impl PgRead {
         let low = low as i64;
         let high = high as i64;
         let shared = &self.shared;
+        shared.looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let condition = &self.condition;
         shared.with_client(|client| {
             let fail = |e: postgres::Error| pg_error(&format!("cannot read from {}", shared.redacted), &e);

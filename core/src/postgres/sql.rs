@@ -17,6 +17,24 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// Refuses a database whose encoding is not UTF-8: types, tags and query values are any UTF-8,
+/// and one the server's encoding (LATIN1, say) cannot hold would fail on the server, in the
+/// `COPY` or the condition check of a whole group, other callers' appends with it. SQL_ASCII
+/// (bytes kept as sent) holds them too.
+pub fn check_encoding(client: &mut Client, redacted: &str) -> Result<()> {
+    let encoding: String = client
+        .query_typed_one("SELECT pg_catalog.current_setting('server_encoding')", &[])
+        .map_err(|e| pg_error(&format!("cannot read the database's encoding in {redacted}"), &e))?
+        .get(0);
+    if encoding != "UTF8" && encoding != "SQL_ASCII" {
+        return Err(Error::invalid(format!(
+            "the database of {redacted} is encoded in {encoding}; Lapilli stores any UTF-8 in types and tags, \
+             so it needs a database created with ENCODING 'UTF8'"
+        )));
+    }
+    Ok(())
+}
+
 /// Creates the tables of the context if missing, under an advisory lock so that two processes
 /// opening a new database at once do not race on `CREATE TABLE IF NOT EXISTS` (which is not
 /// safe against itself). A read-only handle creates nothing: it needs an existing context.

@@ -24,11 +24,15 @@ use crate::event::EventView;
 use crate::log::format::FRAME_LEN;
 use crate::options::Durability;
 use crate::position::Position;
-use crate::writer::condition::{already_exists, conflict};
+use crate::writer::condition::{StagedIndex, already_exists, conflict};
 use crate::writer::reply::Reply;
 
 /// Appends decided in one transaction at most: bounds the time the row lock is held.
 const MAX_GROUP: usize = 1024;
+/// Events past which a group takes no more appends (one larger append is a group alone): the
+/// group's `COPY` holds the context's lock for about 10 us an event on the server, so a group
+/// of 1024 appends of 512 events each held every other writer of the context for seconds.
+const MAX_GROUP_EVENTS: usize = 1 << 16;
 
 /// A validated append, its events encoded as on the embedded log (frames of canonical
 /// payloads), so that one validation and one encoding serve both backends.
@@ -132,16 +136,20 @@ impl PgWriter {
     }
 
     pub fn run(mut self, incoming: Receiver<Command>) {
-        let mut group = Vec::new();
+        let mut group: Vec<PgAppend> = Vec::new();
         let mut shutdown = false;
         while !shutdown {
             match incoming.recv() {
                 Ok(Command::Append(append)) => group.push(append),
                 Ok(Command::Shutdown) | Err(_) => break,
             }
-            while group.len() < MAX_GROUP {
+            let mut events = group[0].frame_starts.len();
+            while group.len() < MAX_GROUP && events < MAX_GROUP_EVENTS {
                 match incoming.try_recv() {
-                    Ok(Command::Append(append)) => group.push(append),
+                    Ok(Command::Append(append)) => {
+                        events += append.frame_starts.len();
+                        group.push(append);
+                    }
                     Ok(Command::Shutdown) => {
                         shutdown = true;
                         break;
@@ -320,6 +328,14 @@ impl PgWriter {
         // Decide each append in order.
         let mut head = committed_head;
         let mut staged: Vec<(u64, EventView<'_>)> = Vec::new();
+        // The staged events by type and by the tags the group's conditions name, as the embedded
+        // writer keeps them: a condition asks it rather than walking every event staged before
+        // it (appends times events, with the transaction idle on the server meanwhile).
+        let mut staged_index = group.iter().any(|append| append.condition.is_some()).then(|| {
+            StagedIndex::for_queries(group.iter().filter_map(|append| append.condition.as_ref()).flat_map(|condition| {
+                std::iter::once(&condition.fail_if_events_match).chain(condition.fail_if_exists.as_ref())
+            }))
+        });
         let mut verdicts = Vec::with_capacity(group.len());
         for (append, committed_verdict) in group.iter().zip(committed_verdicts) {
             let events = match append.events() {
@@ -334,13 +350,13 @@ impl PgWriter {
                     // Both clauses fail: the boundary clause is reported, as the contract orders
                     // them, also when its match is an earlier append of this group.
                     Some(Verdict::Refused(exists)) if exists.kind() == ErrorKind::AlreadyExists => {
-                        match check_staged(condition, &staged) {
+                        match check_staged(condition, staged_index.as_ref(), committed_head) {
                             Some(Verdict::RefusedInGroup(c)) if c.kind() == ErrorKind::Conflict => Some(Verdict::RefusedInGroup(c)),
                             _ => Some(Verdict::Refused(exists)),
                         }
                     }
                     Some(verdict) => Some(verdict),
-                    None => check_staged(condition, &staged),
+                    None => check_staged(condition, staged_index.as_ref(), committed_head),
                 };
                 if let Some(verdict) = verdict {
                     verdicts.push(verdict);
@@ -350,6 +366,9 @@ impl PgWriter {
             let first = head + 1;
             for event in events {
                 head += 1;
+                if let Some(index) = &mut staged_index {
+                    index.add(&event);
+                }
                 staged.push((head, event));
             }
             verdicts.push(Verdict::Accepted(AppendResult { first: Position(first), last: Position(head) }));
@@ -403,11 +422,26 @@ impl PgWriter {
                 Some(true) => {}
                 Some(false) => return Err(fail("cannot commit", &e, verdicts)),
                 None => {
+                    let lost = pg_error(&format!("lost the connection to {url} while committing"), &e);
                     let error = with_outcome(
-                        pg_error(&format!("lost the connection to {url} while committing"), &e),
+                        lost.clone(),
                         "its outcome is unknown (it may be committed); retry it with an existence clause \
                          (fail_if_exists on a tag unique to this append) so that it is appended at most once",
                     );
+                    // An append refused for an event of its own group was not written whatever
+                    // became of the group: refused if it committed, never decided if not.
+                    let not_written = with_outcome(
+                        lost,
+                        "this append was not committed (it conflicted with an append of its group, whose \
+                         outcome is unknown); it is safe to retry",
+                    );
+                    let verdicts = verdicts
+                        .into_iter()
+                        .map(|verdict| match verdict {
+                            Verdict::RefusedInGroup(_) => Verdict::Refused(not_written.clone()),
+                            verdict => verdict,
+                        })
+                        .collect();
                     return Err(Failed { error, verdicts, stale_connection: false, merge_failed: None });
                 }
             },
@@ -604,18 +638,21 @@ fn first_match(events: &str, after: &str, condition: &str) -> String {
     )
 }
 
-/// The condition against the appends accepted earlier in the group (all after the committed
-/// head, so after any `after` and after any committed match).
-fn check_staged(condition: &AppendCondition, staged: &[(u64, EventView<'_>)]) -> Option<Verdict> {
+/// The condition against the appends accepted earlier in the group (`staged`, whose first
+/// event is at `committed_head + 1`; None only in a group without conditions).
+///
+/// Every staged event lies after `after`: `Store::append` refuses an `after` beyond the head
+/// it knows of, which was committed, so at most `committed_head`. (Were it not so, a staged
+/// match at or below `after` would be a false conflict, never a missed one.)
+fn check_staged(condition: &AppendCondition, staged: Option<&StagedIndex>, committed_head: u64) -> Option<Verdict> {
+    let staged = staged?;
     let after = condition.after.map_or(0, Position::get);
-    let matched = |query: &crate::query::Query| {
-        staged.iter().find(|(position, event)| *position > after && query.matches(event)).map(|(p, _)| Position(*p))
-    };
-    if let Some(position) = matched(&condition.fail_if_events_match) {
+    let first = committed_head + 1;
+    if let Some(position) = staged.first_match(&condition.fail_if_events_match, first) {
         return Some(Verdict::RefusedInGroup(conflict(position, after)));
     }
     let exists = condition.fail_if_exists.as_ref()?;
-    matched(exists).map(|position| Verdict::RefusedInGroup(already_exists(position)))
+    staged.first_match(exists, first).map(|position| Verdict::RefusedInGroup(already_exists(position)))
 }
 
 fn copy_in(tx: &mut Transaction<'_>, events: &str, staged: &[(u64, EventView<'_>)], recorded_at: i64) -> Result<(), postgres::Error> {

@@ -205,10 +205,9 @@ pub enum Next {
 pub struct Subscription {
     published: Arc<Published>,
     query: Query,
-    /// Serialises consumers; `close`, `caught_up` and `position` never take it. Holds where the
-    /// last pass stopped in its entry and how far it had read ahead, for the next pass to go
-    /// on from (`Walk::resuming`).
-    consumer: Mutex<Option<ReadAhead>>,
+    /// Serialises consumers; `close`, `caught_up` and `position` never take it. Holds what the
+    /// last pass leaves for the next to go on from.
+    consumer: Mutex<Carried>,
     /// Every position up to this one has been examined.
     scanned: AtomicU64,
     /// The last delivered position (the resume cursor).
@@ -228,21 +227,26 @@ pub(crate) enum Source {
     Postgres(Arc<crate::postgres::PgShared>),
 }
 
+/// What a pass leaves for the next one of the same subscription.
+#[derive(Default)]
+struct Carried {
+    /// Where the embedded walk stopped in its entry and how far it had read ahead
+    /// (`Walk::resuming`).
+    read_ahead: Option<ReadAhead>,
+    /// The Postgres read of the last pass, with the rows of its page not yet delivered, and
+    /// the cursor (`scanned`) that pass left, which it goes on from. Without it every pass
+    /// began a new read wanting only that pass's `max` events: for a query whose matches are
+    /// sparser than the read's probe finds, each pass then looked through the indexes at
+    /// every match left in the window to answer `max` of them, so catching up one event at a
+    /// time cost the square of the matches (found by the review of 2026-12-04).
+    #[cfg(feature = "postgres")]
+    postgres: Option<(u64, crate::postgres::PgRead)>,
+}
+
 enum ScanWalk {
     Embedded(Walk),
     #[cfg(feature = "postgres")]
     Postgres(crate::postgres::PgRead),
-}
-
-impl ScanWalk {
-    /// See `Walk::read_ahead`; a Postgres read has none.
-    fn read_ahead(&self) -> Option<ReadAhead> {
-        match self {
-            ScanWalk::Embedded(walk) => walk.read_ahead(),
-            #[cfg(feature = "postgres")]
-            ScanWalk::Postgres(_) => None,
-        }
-    }
 }
 
 impl Subscription {
@@ -256,7 +260,7 @@ impl Subscription {
         Ok(Subscription {
             published,
             query,
-            consumer: Mutex::new(None),
+            consumer: Mutex::new(Carried::default()),
             scanned: AtomicU64::new(after.get()),
             delivered: AtomicU64::new(after.get()),
             closed: AtomicBool::new(false),
@@ -358,8 +362,8 @@ impl Subscription {
 
     /// One pass: what lies between the cursor and the head now, up to `max` matches.
     /// `None`: ended. `Some(scanned)`: the cursor after the pass.
-    /// `read_ahead`: the consumer's, carried from pass to pass.
-    fn scan(&self, read_ahead: &mut Option<ReadAhead>, max: usize, visit: &mut dyn FnMut(&EventView<'_>)) -> Result<Option<u64>> {
+    /// `carried`: the consumer's, from pass to pass.
+    fn scan(&self, carried: &mut Carried, max: usize, visit: &mut dyn FnMut(&EventView<'_>)) -> Result<Option<u64>> {
         if self.ended() {
             return Ok(None);
         }
@@ -374,7 +378,7 @@ impl Subscription {
                 // asked of the log ahead (`read::ReadAhead`) if it starts where that one stopped.
                 let walk = Walk::new(snapshot, self.query.clone(), scanned + 1, head, false)
                     .wanting(max as u64)
-                    .resuming(read_ahead.take());
+                    .resuming(carried.read_ahead.take());
                 (ScanWalk::Embedded(walk), head)
             }
             // The head this handle knows of (its own commits, and others' through the
@@ -382,7 +386,12 @@ impl Subscription {
             #[cfg(feature = "postgres")]
             Source::Postgres(shared) => {
                 let head = self.published.head();
-                let read = crate::postgres::PgRead::new(shared.clone(), &self.query, scanned + 1, head, false, head, max as u64);
+                let read = match carried.postgres.take() {
+                    // Its window ends at the head of an earlier pass; what lies after it is read
+                    // next, in the loop below.
+                    Some((from, read)) if from == scanned => read,
+                    _ => crate::postgres::PgRead::new(shared.clone(), &self.query, scanned + 1, head, false, head, u64::MAX),
+                };
                 (ScanWalk::Postgres(read), head)
             }
         };
@@ -396,7 +405,15 @@ impl Subscription {
             let next = match &mut walk {
                 ScanWalk::Embedded(walk) => walk.next_visit(visit_one)?,
                 #[cfg(feature = "postgres")]
-                ScanWalk::Postgres(read) => read.next(visit_one)?,
+                ScanWalk::Postgres(read) => match read.next(visit_one)? {
+                    // A read carried from an earlier pass is done up to that pass's head: the
+                    // rest, up to this one's, is a read of its own (at the page size reached).
+                    None if read.head < head => {
+                        *read = read.continued(&self.query, head);
+                        continue;
+                    }
+                    next => next,
+                },
             };
             match next {
                 Some((_, position)) => {
@@ -406,12 +423,16 @@ impl Subscription {
                 None => break,
             }
         }
-        *read_ahead = walk.read_ahead();
         // A full batch stops at its last event; otherwise everything up to the head was seen.
         scanned = match last {
             Some(last) if found == max => last,
             _ => head.max(scanned),
         };
+        match walk {
+            ScanWalk::Embedded(walk) => carried.read_ahead = walk.read_ahead(),
+            #[cfg(feature = "postgres")]
+            ScanWalk::Postgres(read) => carried.postgres = Some((scanned, read)),
+        }
         self.scanned.store(scanned, Ordering::Release);
         if let Some(last) = last {
             self.delivered.store(last, Ordering::Release);
