@@ -68,8 +68,14 @@ fn a_subscription_taking_sparse_matches_one_at_a_time_reads_them_in_a_few_statem
     // later passes, without a repeat or a gap.
     let again = store.subscribe(&Query::for_types(["Rare"]), Position(expected[3])).unwrap();
     let mut seen = Vec::new();
+    let mut appended_meanwhile = 0;
     while let Some(batch) = again.try_next_batch(3).unwrap().filter(|batch| !batch.is_empty()) {
         seen.extend(batch.iter().map(|event| event.position.get()));
+        // The head moves while the kept read still holds rows of its page.
+        if appended_meanwhile < 4 {
+            store.append(vec![Event::new("Common", ["n:4"], vec![5]), Event::new("Rare", ["n:5"], vec![6])], None).unwrap();
+            appended_meanwhile += 1;
+        }
     }
     let all: Vec<u64> = store
         .read(&Query::for_types(["Rare"]), ReadOptions { after: Position(expected[3]), ..ReadOptions::default() })
@@ -80,7 +86,7 @@ fn a_subscription_taking_sparse_matches_one_at_a_time_reads_them_in_a_few_statem
         .map(|event| event.position.get())
         .collect();
     assert_eq!(seen, all);
-    assert_eq!(seen.len(), expected.len() - 4 + 3);
+    assert_eq!(seen.len(), expected.len() - 4 + 3 + 4);
     store.close().unwrap();
 }
 
@@ -94,11 +100,20 @@ fn appends_submitted_at_once_are_decided_exactly_against_each_other() {
     if common::postgres::database_url().is_none() {
         return;
     }
-    let store = open(&fresh("rv4_group"));
+    let context = fresh("rv4_group");
+    let store = open(&context);
     // Something committed first, of the same keys but another type: no boundary clause below
     // names it, and no existence clause matches it.
     store.append((0..10).map(|k| Event::new("Old", [format!("key:{k}")], vec![])).collect(), None).unwrap();
     let head = store.head().unwrap();
+    // The context's row held by another connection while the appends are submitted: the
+    // writer's first group waits for it, and the rest queue behind, so they are decided
+    // against each other in large groups (as under load), not one by one.
+    let base = common::postgres::database_url().unwrap();
+    let mut holder = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    let mut hold = holder.transaction().unwrap();
+    hold.query("SELECT head FROM lapilli_contexts WHERE name = $1 FOR UPDATE", &[&context]).unwrap();
+    let groups_before = store.stats().unwrap().group_commits;
     // Boundary clauses: one type of two and the key's tag, with a batch of filler events (none
     // with a key) before the guarded one, so groups hold many events.
     let pending: Vec<_> = (0..300)
@@ -110,6 +125,8 @@ fn appends_submitted_at_once_are_decided_exactly_against_each_other() {
             store.submit(events, Some(guard))
         })
         .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    hold.rollback().unwrap();
     let mut accepted_at = BTreeMap::new();
     let mut refusals = Vec::new();
     for (i, pending) in pending.into_iter().enumerate() {
@@ -122,6 +139,8 @@ fn appends_submitted_at_once_are_decided_exactly_against_each_other() {
         }
     }
     assert_eq!(accepted_at.len(), 10);
+    let groups = store.stats().unwrap().group_commits - groups_before;
+    assert!(groups <= 3, "300 appends queued behind a held lock were committed in {groups} groups");
     for (i, error) in &refusals {
         assert!(*i >= 10, "append {i}, the first of its key, was refused: {}", error.message());
         assert_eq!(error.position(), Some(accepted_at[&(i % 10)]), "append {i}: {}", error.message());
@@ -184,21 +203,32 @@ fn a_url_whose_scheme_is_in_capitals_opens_the_same_context() {
 #[test]
 fn a_database_not_encoded_in_utf8_is_refused_at_open() {
     let Some(base) = common::postgres::database_url() else { return };
+    /// Drops the database however the test ends.
+    struct Dropped(postgres::Client, String);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            let _ = self.0.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.1));
+        }
+    }
     let database = fresh("rv4_latin1");
-    let admin = Store::open(context_url(&base, &fresh("rv4_admin")), Options::default()).unwrap();
-    drop(admin);
-    let mut client = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-    client
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    admin
         .batch_execute(&format!("CREATE DATABASE {database} TEMPLATE template0 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'"))
         .unwrap();
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    let url = context_url(&format!("{prefix}/{database}"), "courses");
+    let _dropped = Dropped(admin, database.clone());
+    // The test server's URL is postgresql://user@host:port/database, with no parameters.
+    let (server, _) = base.rsplit_once('/').unwrap();
+    let latin1_url = format!("{server}/{database}");
+    let url = context_url(&latin1_url, "courses");
     let error = Store::open(&url, Options::default()).map(|_| ()).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{}", error.message());
     assert!(error.message().contains("LATIN1"), "{}", error.message());
-    let mut latin1 = postgres::Client::connect(&format!("{prefix}/{database}"), postgres::NoTls).unwrap();
+    let mut latin1 = postgres::Client::connect(&latin1_url, postgres::NoTls).unwrap();
     let tables: bool = latin1.query_one("SELECT to_regclass('lapilli_contexts') IS NOT NULL", &[]).unwrap().get(0);
     assert!(!tables, "the refused open created lapilli_contexts");
+    // Read-only, it opens (with a warning) so that what an earlier version wrote there can be
+    // read; here there is no context, which a read-only handle does not create.
+    let error = Store::open_read_only(&url).map(|_| ()).unwrap_err();
+    assert!(!error.message().contains("LATIN1"), "{}", error.message());
     drop(latin1);
-    client.batch_execute(&format!("DROP DATABASE {database}")).unwrap();
 }

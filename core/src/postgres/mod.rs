@@ -73,15 +73,19 @@ impl Connector {
     }
 }
 
-/// What every thread of a Postgres handle shares.
-/// Unless the URL sets them (`connect_timeout=`, `tcp_user_timeout=`, `keepalives_idle=`): how
-/// long a connection attempt may take, how long sent data may go unacknowledged (keepalive
-/// probes included) before the connection is dropped, and how long a connection may be idle
-/// before keepalives probe it. A dead server is then an `Io` error within about a minute.
+/// Unless the URL sets them (`connect_timeout=`, `tcp_user_timeout=`, `keepalives_idle=`,
+/// `keepalives_interval=`): how long a connection attempt may take; how long sent data, or a
+/// keepalive probe, may go unacknowledged before the connection is dropped; how long a
+/// connection may be idle before the first probe, and the time between probes. A silent server
+/// is then an `Io` error within about a minute. The cost: a server that stops reading (a zero
+/// window, as a backend stalled on I/O might) for longer than the user timeout has the
+/// connection dropped too, its group answered as not committed.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(30);
+const DEFAULT_KEEPALIVES_INTERVAL: Duration = Duration::from_secs(10);
 
+/// What every thread of a Postgres handle shares.
 pub(crate) struct PgShared {
     pub connector: Connector,
     /// The URL with its password replaced, for messages and `Store::path`.
@@ -221,7 +225,7 @@ impl PgStore {
     ) -> Result<PgStore> {
         let parsed = parse_url(url)?;
         let mut client = parsed.connector.connect(&parsed.redacted)?;
-        sql::check_encoding(&mut client, &parsed.redacted)?;
+        sql::check_encoding(&mut client, &parsed.redacted, read_only)?;
         sql::create_schema(&mut client, &parsed.context, &parsed.redacted, read_only)?;
         let head = sql::head(&mut client, &parsed.context, &parsed.redacted)?;
         published.publish_head(head);
@@ -336,12 +340,16 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     let mut client_key: Option<String> = None;
     let mut kept = Vec::new();
     let mut seen: Vec<String> = Vec::new();
+    // The driver's parameters whose defaults Lapilli replaces unless given (decoded names).
+    let mut given_keepalives = (false, false);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (raw_key, value) = pair.split_once('=').unwrap_or((pair, ""));
         // Keys are matched as the driver will read them, decoded: `ssl%6Dode=disable` must not
         // slip past the TLS rules below as an unknown key and then turn TLS off in the driver.
         let key = percent_decode(raw_key).map_err(|why| bad(format!("a parameter name: {why}")))?;
         let key = key.as_str();
+        given_keepalives.0 |= key == "keepalives_idle";
+        given_keepalives.1 |= key == "keepalives_interval";
         if LAPILLI_KEYS.contains(&key) {
             // Given twice, one would silently win: `sslmode=verify-full&...&sslmode=disable`
             // would turn off the TLS the first asked for, `sslrootcert=/ca.pem&sslrootcert=system`
@@ -429,8 +437,11 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     if config.get_tcp_user_timeout().is_none() {
         config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
     }
-    if !driver_url.contains("keepalives_idle=") {
+    if !given_keepalives.0 {
         config.keepalives_idle(DEFAULT_KEEPALIVES_IDLE);
+    }
+    if !given_keepalives.1 {
+        config.keepalives_interval(DEFAULT_KEEPALIVES_INTERVAL);
     }
     // Nothing is added to the startup packet's `options` (JIT is turned off after connecting,
     // see `Connector::connect`, and per writer transaction): PgBouncer refuses a connection
@@ -683,10 +694,19 @@ mod tests {
         assert_eq!(config.get_connect_timeout(), Some(&DEFAULT_CONNECT_TIMEOUT));
         assert_eq!(config.get_tcp_user_timeout(), Some(&DEFAULT_TCP_USER_TIMEOUT));
         assert_eq!(config.get_keepalives_idle(), DEFAULT_KEEPALIVES_IDLE);
-        let config = parse_url("postgresql://u@h/db?connect_timeout=3&tcp_user_timeout=7&keepalives_idle=7200").unwrap().connector.config;
+        assert_eq!(config.get_keepalives_interval(), Some(DEFAULT_KEEPALIVES_INTERVAL));
+        let config =
+            parse_url("postgresql://u@h/db?connect_timeout=3&tcp_user_timeout=7&keepalives%5Fidle=7200&keepalives_interval=5")
+                .unwrap()
+                .connector
+                .config;
         assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
         assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(7)));
         assert_eq!(config.get_keepalives_idle(), Duration::from_secs(7200));
+        assert_eq!(config.get_keepalives_interval(), Some(Duration::from_secs(5)));
+        // Another parameter's value that merely contains the name sets nothing.
+        let config = parse_url("postgresql://u@h/db?application_name=keepalives_idle=1").unwrap().connector.config;
+        assert_eq!(config.get_keepalives_idle(), DEFAULT_KEEPALIVES_IDLE);
     }
 
     #[test]

@@ -244,6 +244,11 @@ impl PgRead {
         self.wanted = self.wanted.saturating_sub(1);
         let position = Position(row.get::<_, i64>(0) as u64);
         encode_row(row, &mut self.scratch);
+        if self.next_row == self.page.len() {
+            // Delivered: a read kept between a subscription's passes holds no page it is done with.
+            self.page = Vec::new();
+            self.next_row = 0;
+        }
         let view = EventView::decode(position, &self.scratch)?;
         Ok(Some((position, visit(&view))))
     }

@@ -21,12 +21,23 @@ pub fn quote_ident(name: &str) -> String {
 /// and one the server's encoding (LATIN1, say) cannot hold would fail on the server, in the
 /// `COPY` or the condition check of a whole group, other callers' appends with it. SQL_ASCII
 /// (bytes kept as sent) holds them too.
-pub fn check_encoding(client: &mut Client, redacted: &str) -> Result<()> {
+///
+/// A read-only handle is let in with a warning: it sends no types or tags but its queries', and
+/// refusing it would leave a context made in such a database by an earlier version unreadable,
+/// even to export it.
+pub fn check_encoding(client: &mut Client, redacted: &str, read_only: bool) -> Result<()> {
     let encoding: String = client
         .query_typed_one("SELECT pg_catalog.current_setting('server_encoding')", &[])
         .map_err(|e| pg_error(&format!("cannot read the database's encoding in {redacted}"), &e))?
         .get(0);
     if encoding != "UTF8" && encoding != "SQL_ASCII" {
+        if read_only {
+            crate::error::report(format_args!(
+                "lapilli: the database of {redacted} is encoded in {encoding}: a query naming a type or tag \
+                 that encoding cannot hold fails on the server; opened read-only"
+            ));
+            return Ok(());
+        }
         return Err(Error::invalid(format!(
             "the database of {redacted} is encoded in {encoding}; Lapilli stores any UTF-8 in types and tags, \
              so it needs a database created with ENCODING 'UTF8'"

@@ -29,9 +29,10 @@ use crate::writer::reply::Reply;
 
 /// Appends decided in one transaction at most: bounds the time the row lock is held.
 const MAX_GROUP: usize = 1024;
-/// Events past which a group takes no more appends (one larger append is a group alone): the
-/// group's `COPY` holds the context's lock for about 10 us an event on the server, so a group
-/// of 1024 appends of 512 events each held every other writer of the context for seconds.
+/// Events past which a group takes no more appends (checked before each, so the last one taken
+/// may carry it further, up to one append's size): the group's `COPY` holds the context's lock
+/// for about 10 us an event on the server, so a group of 1024 appends of 512 events each held
+/// every other writer of the context for seconds.
 const MAX_GROUP_EVENTS: usize = 1 << 16;
 
 /// A validated append, its events encoded as on the embedded log (frames of canonical
@@ -418,7 +419,7 @@ impl PgWriter {
             // (a FATAL, such as "terminating connection due to unexpected postmaster exit",
             // which a backend can send after its commit record is durable: it says nothing
             // about the commit): ask a new connection what became of it.
-            Err(e) => match resolve(&shared, txid) {
+            Err(e) => match resolve(&shared, txid, staged.last().map(|(position, event)| (*position, recorded_at, event.data))) {
                 Some(true) => {}
                 Some(false) => return Err(fail("cannot commit", &e, verdicts)),
                 None => {
@@ -432,8 +433,8 @@ impl PgWriter {
                     // became of the group: refused if it committed, never decided if not.
                     let not_written = with_outcome(
                         lost,
-                        "this append was not committed (it conflicted with an append of its group, whose \
-                         outcome is unknown); it is safe to retry",
+                        "it was not committed (it conflicted with an append of its group, whose outcome is \
+                         unknown, and was refused whatever that outcome is); it is safe to retry",
                     );
                     let verdicts = verdicts
                         .into_iter()
@@ -666,18 +667,39 @@ fn copy_in(tx: &mut Transaction<'_>, events: &str, staged: &[(u64, EventView<'_>
     Ok(())
 }
 
+/// How long `resolve` keeps asking (its pauses add up to about this when connections fail at
+/// once; a connection attempt that hangs counts too, up to its own timeout).
+const RESOLVE_FOR: Duration = Duration::from_millis(8500);
+
 /// What became of transaction `txid` whose commit was sent on a connection that then failed:
 /// Some(committed) once a new connection can tell, None if the server cannot be asked within
-/// a few seconds (or still runs it).
-fn resolve(shared: &PgShared, txid: i64) -> Option<bool> {
-    for attempt in 0..20 {
+/// `RESOLVE_FOR` (or still runs it). `last`: the group's last event (position, `recorded_at`,
+/// data), which a committed group has put in the table.
+///
+/// `txid_status` alone is not proof: a server that crashed before our transaction's records
+/// reached its WAL can hand the same transaction id to another transaction after recovery (the
+/// id's assignment is not logged), and that one may have committed by the time we ask. So a
+/// "committed" is believed only when the group's last event is in the table as we wrote it;
+/// if not, our transaction is not what committed (found by the review of 2026-12-04).
+fn resolve(shared: &PgShared, txid: i64, last: Option<(u64, i64, &[u8])>) -> Option<bool> {
+    let start = Instant::now();
+    for attempt in 0..20u64 {
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(100 * attempt.min(5)));
+        }
+        if start.elapsed() > RESOLVE_FOR {
+            break;
         }
         let Ok(mut client) = shared.connector.connect(&shared.redacted) else { continue };
         let Ok(rows) = client.query_typed("SELECT txid_status($1)", &[(&txid, Type::INT8)]) else { continue };
         match rows.first().and_then(|row| row.get::<_, Option<&str>>(0)) {
-            Some("committed") => return Some(true),
+            Some("committed") => {
+                let Some((position, recorded_at, data)) = last else { return Some(true) };
+                let statement = format!("SELECT recorded_at, data FROM {} WHERE position = $1", shared.events);
+                let Ok(rows) = client.query_typed(&statement, &[(&(position as i64), Type::INT8)]) else { continue };
+                let ours = rows.first().is_some_and(|row| row.get::<_, i64>(0) == recorded_at && row.get::<_, &[u8]>(1) == data);
+                return Some(ours);
+            }
             Some("aborted") => return Some(false),
             // In progress: its backend has not noticed the connection is gone yet.
             _ => continue,

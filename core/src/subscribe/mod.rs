@@ -365,6 +365,7 @@ impl Subscription {
     /// `carried`: the consumer's, from pass to pass.
     fn scan(&self, carried: &mut Carried, max: usize, visit: &mut dyn FnMut(&EventView<'_>)) -> Result<Option<u64>> {
         if self.ended() {
+            *carried = Carried::default();
             return Ok(None);
         }
         self.published.check()?;
