@@ -207,7 +207,10 @@ fn a_database_not_encoded_in_utf8_is_refused_at_open() {
     struct Dropped(postgres::Client, String);
     impl Drop for Dropped {
         fn drop(&mut self) {
-            let _ = self.0.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.1));
+            // WITH (FORCE) needs PostgreSQL 13; without it, nothing should be connected anyway.
+            if self.0.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.1)).is_err() {
+                let _ = self.0.batch_execute(&format!("DROP DATABASE IF EXISTS {}", self.1));
+            }
         }
     }
     let database = fresh("rv4_latin1");
@@ -229,6 +232,7 @@ fn a_database_not_encoded_in_utf8_is_refused_at_open() {
     // Read-only, it opens (with a warning) so that what an earlier version wrote there can be
     // read; here there is no context, which a read-only handle does not create.
     let error = Store::open_read_only(&url).map(|_| ()).unwrap_err();
-    assert!(!error.message().contains("LATIN1"), "{}", error.message());
+    assert_eq!(error.kind(), ErrorKind::Io, "{}", error.message());
+    assert!(error.message().contains("does not exist"), "{}", error.message());
     drop(latin1);
 }

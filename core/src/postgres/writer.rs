@@ -419,7 +419,7 @@ impl PgWriter {
             // (a FATAL, such as "terminating connection due to unexpected postmaster exit",
             // which a backend can send after its commit record is durable: it says nothing
             // about the commit): ask a new connection what became of it.
-            Err(e) => match resolve(&shared, txid, staged.last().map(|(position, event)| (*position, recorded_at, event.data))) {
+            Err(e) => match resolve(&shared, txid, staged.last().map(|(position, event)| (*position, recorded_at, event))) {
                 Some(true) => {}
                 Some(false) => return Err(fail("cannot commit", &e, verdicts)),
                 None => {
@@ -673,31 +673,52 @@ const RESOLVE_FOR: Duration = Duration::from_millis(8500);
 
 /// What became of transaction `txid` whose commit was sent on a connection that then failed:
 /// Some(committed) once a new connection can tell, None if the server cannot be asked within
-/// `RESOLVE_FOR` (or still runs it). `last`: the group's last event (position, `recorded_at`,
-/// data), which a committed group has put in the table.
+/// about `RESOLVE_FOR` (or still runs it). `last`: the group's last event (position,
+/// `recorded_at`, the event), which a committed group has put in the table.
 ///
 /// `txid_status` alone is not proof: a server that crashed before our transaction's records
 /// reached its WAL can hand the same transaction id to another transaction after recovery (the
 /// id's assignment is not logged), and that one may have committed by the time we ask. So a
-/// "committed" is believed only when the group's last event is in the table as we wrote it;
-/// if not, our transaction is not what committed (found by the review of 2026-12-04).
-fn resolve(shared: &PgShared, txid: i64, last: Option<(u64, i64, &[u8])>) -> Option<bool> {
+/// "committed" is believed only when the group's last event is in the table as we wrote it, and
+/// refuted when another event is at its position. If no event is there yet, the answer waits:
+/// servers before 15.2 (14.7, 13.10, 12.14, 11.19) report a transaction committed before it
+/// becomes visible (while it waits for a synchronous standby, say). An id the server calls "in
+/// the future" was never handed out since its recovery, so no transaction of it committed.
+/// (Found by the reviews of 2026-12-04.)
+fn resolve(shared: &PgShared, txid: i64, last: Option<(u64, i64, &EventView<'_>)>) -> Option<bool> {
     let start = Instant::now();
     for attempt in 0..20u64 {
         if attempt > 0 {
-            std::thread::sleep(Duration::from_millis(100 * attempt.min(5)));
-        }
-        if start.elapsed() > RESOLVE_FOR {
-            break;
+            let pause = Duration::from_millis(100 * attempt.min(5));
+            if start.elapsed() + pause > RESOLVE_FOR {
+                break;
+            }
+            std::thread::sleep(pause);
         }
         let Ok(mut client) = shared.connector.connect(&shared.redacted) else { continue };
-        let Ok(rows) = client.query_typed("SELECT txid_status($1)", &[(&txid, Type::INT8)]) else { continue };
-        match rows.first().and_then(|row| row.get::<_, Option<&str>>(0)) {
+        // In a transaction of its own, so that the limits stay with it behind a pooler: the
+        // event's look must not wait on a lock on the table (a `LOCK TABLE`, a `VACUUM FULL`)
+        // while every append of the handle waits behind this thread.
+        let Ok(mut tx) = client.transaction() else { continue };
+        if tx.batch_execute("SET LOCAL lock_timeout = '2s'; SET LOCAL statement_timeout = '5s'").is_err() {
+            continue;
+        }
+        let status = match tx.query_typed("SELECT txid_status($1)", &[(&txid, Type::INT8)]) {
+            Ok(rows) => rows.first().and_then(|row| row.get::<_, Option<String>>(0)),
+            Err(e) if e.as_db_error().is_some_and(|db| db.message().contains("in the future")) => return Some(false),
+            Err(_) => continue,
+        };
+        match status.as_deref() {
             Some("committed") => {
-                let Some((position, recorded_at, data)) = last else { return Some(true) };
-                let statement = format!("SELECT recorded_at, data FROM {} WHERE position = $1", shared.events);
-                let Ok(rows) = client.query_typed(&statement, &[(&(position as i64), Type::INT8)]) else { continue };
-                let ours = rows.first().is_some_and(|row| row.get::<_, i64>(0) == recorded_at && row.get::<_, &[u8]>(1) == data);
+                let Some((position, recorded_at, event)) = last else { return Some(true) };
+                let statement = format!("SELECT recorded_at, type, tags, data FROM {} WHERE position = $1", shared.events);
+                let Ok(rows) = tx.query_typed(&statement, &[(&(position as i64), Type::INT8)]) else { continue };
+                let Some(row) = rows.first() else { continue };
+                let tags: Vec<&str> = event.tags().collect();
+                let ours = row.get::<_, i64>(0) == recorded_at
+                    && row.get::<_, &str>(1) == event.event_type
+                    && row.get::<_, Vec<&str>>(2) == tags
+                    && row.get::<_, &[u8]>(3) == event.data;
                 return Some(ours);
             }
             Some("aborted") => return Some(false),

@@ -478,6 +478,11 @@ impl Subscription {
         if !self.closed.swap(true, Ordering::AcqRel) {
             self.published.counters.subscription_closed();
         }
+        // What a pass kept for the next (a Postgres read's page): none will come. Not waited
+        // for if a consumer is in a pass; that pass finds the subscription ended next time.
+        if let Ok(mut carried) = self.consumer.try_lock() {
+            *carried = Carried::default();
+        }
         self.published.notifier.closed(&self.interest);
     }
 }
