@@ -12,7 +12,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use postgres::binary_copy::BinaryCopyInWriter;
-use postgres::error::Severity;
+use postgres::error::{Severity, SqlState};
 use postgres::types::Type;
 use postgres::{Client, Transaction};
 
@@ -419,7 +419,7 @@ impl PgWriter {
             // (a FATAL, such as "terminating connection due to unexpected postmaster exit",
             // which a backend can send after its commit record is durable: it says nothing
             // about the commit): ask a new connection what became of it.
-            Err(e) => match resolve(&shared, txid, staged.last().map(|(position, event)| (*position, recorded_at, event))) {
+            Err(e) => match resolve(&shared, txid, staged.last().map(|(position, event)| (*position, recorded_at, event)).expect("a group with nothing to write returned before its commit")) {
                 Some(true) => {}
                 Some(false) => return Err(fail("cannot commit", &e, verdicts)),
                 None => {
@@ -676,17 +676,25 @@ const RESOLVE_FOR: Duration = Duration::from_millis(8500);
 /// about `RESOLVE_FOR` (or still runs it). `last`: the group's last event (position,
 /// `recorded_at`, the event), which a committed group has put in the table.
 ///
-/// `txid_status` alone is not proof: a server that crashed before our transaction's records
-/// reached its WAL can hand the same transaction id to another transaction after recovery (the
-/// id's assignment is not logged), and that one may have committed by the time we ask. So a
-/// "committed" is believed only when the group's last event is in the table as we wrote it, and
-/// refuted when another event is at its position. If no event is there yet, the answer waits:
-/// servers before 15.2 (14.7, 13.10, 12.14, 11.19) report a transaction committed before it
-/// becomes visible (while it waits for a synchronous standby, say). An id the server calls "in
-/// the future" was never handed out since its recovery, so no transaction of it committed.
-/// (Found by the reviews of 2026-12-04.)
-fn resolve(shared: &PgShared, txid: i64, last: Option<(u64, i64, &EventView<'_>)>) -> Option<bool> {
+/// `txid_status` alone is not proof (found by the reviews of 2026-12-04):
+/// - a server that crashed before our transaction's records reached its WAL can hand the same
+///   id to another transaction after recovery (the id's assignment is not logged), and that one
+///   may have committed by the time we ask: so "committed" is believed only when the group's
+///   last event is in the table as we wrote it, and refuted when another event is there;
+/// - servers before 15.2 (14.7, 13.10, 12.14, 11.19) report a transaction committed a moment
+///   before it is visible (while it waits for a synchronous standby, say), and "aborted" for
+///   one whose commit completes between their two checks: so with no event there yet it asks
+///   again, and "aborted" is believed when said twice with our event absent both times;
+/// - a standby (a URL of several hosts, a pooler over replicas) has not replayed everything
+///   the primary committed: it is not asked;
+/// - an id the server calls "in the future" (SQLSTATE 22023) was not handed out since its
+///   recovery, so nothing committed under it.
+fn resolve(shared: &PgShared, txid: i64, last: (u64, i64, &EventView<'_>)) -> Option<bool> {
+    let (position, recorded_at, event) = last;
+    let tags: Vec<&str> = event.tags().collect();
+    let look = format!("SELECT recorded_at, type, tags, data FROM {} WHERE position = $1", shared.events);
     let start = Instant::now();
+    let mut aborted_once = false;
     for attempt in 0..20u64 {
         if attempt > 0 {
             let pause = Duration::from_millis(100 * attempt.min(5));
@@ -696,32 +704,48 @@ fn resolve(shared: &PgShared, txid: i64, last: Option<(u64, i64, &EventView<'_>)
             std::thread::sleep(pause);
         }
         let Ok(mut client) = shared.connector.connect(&shared.redacted) else { continue };
-        // In a transaction of its own, so that the limits stay with it behind a pooler: the
-        // event's look must not wait on a lock on the table (a `LOCK TABLE`, a `VACUUM FULL`)
-        // while every append of the handle waits behind this thread.
+        // In a transaction of its own, so that its limits stay with it behind a pooler, and
+        // stay on the one server it asks: the look must not wait on a lock on the table (a
+        // `LOCK TABLE`, a `VACUUM FULL`) while every append of the handle waits behind this
+        // thread, and no statement may run past the deadline by more than a second.
         let Ok(mut tx) = client.transaction() else { continue };
-        if tx.batch_execute("SET LOCAL lock_timeout = '2s'; SET LOCAL statement_timeout = '5s'").is_err() {
+        let left = RESOLVE_FOR.saturating_sub(start.elapsed()).max(Duration::from_secs(1)).min(Duration::from_secs(5));
+        let limits = format!("SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}", left.as_millis(), left.as_millis());
+        if tx.batch_execute(&limits).is_err() {
             continue;
+        }
+        match tx.query_typed("SELECT pg_is_in_recovery()", &[]).map(|rows| rows.first().is_some_and(|row| row.get::<_, bool>(0))) {
+            Ok(false) => {}
+            Ok(true) | Err(_) => continue,
         }
         let status = match tx.query_typed("SELECT txid_status($1)", &[(&txid, Type::INT8)]) {
             Ok(rows) => rows.first().and_then(|row| row.get::<_, Option<String>>(0)),
-            Err(e) if e.as_db_error().is_some_and(|db| db.message().contains("in the future")) => return Some(false),
+            Err(e) if e.code() == Some(&SqlState::INVALID_PARAMETER_VALUE) => return Some(false),
             Err(_) => continue,
         };
-        match status.as_deref() {
-            Some("committed") => {
-                let Some((position, recorded_at, event)) = last else { return Some(true) };
-                let statement = format!("SELECT recorded_at, type, tags, data FROM {} WHERE position = $1", shared.events);
-                let Ok(rows) = tx.query_typed(&statement, &[(&(position as i64), Type::INT8)]) else { continue };
-                let Some(row) = rows.first() else { continue };
-                let tags: Vec<&str> = event.tags().collect();
-                let ours = row.get::<_, i64>(0) == recorded_at
+        // Our last event as we wrote it (Some(true)), another event there (Some(false)), or none.
+        let mut found = || -> Option<Option<bool>> {
+            let rows = tx.query_typed(&look, &[(&(position as i64), Type::INT8)]).ok()?;
+            Some(rows.first().map(|row| {
+                row.get::<_, i64>(0) == recorded_at
                     && row.get::<_, &str>(1) == event.event_type
                     && row.get::<_, Vec<&str>>(2) == tags
-                    && row.get::<_, &[u8]>(3) == event.data;
-                return Some(ours);
-            }
-            Some("aborted") => return Some(false),
+                    && row.get::<_, &[u8]>(3) == event.data
+            }))
+        };
+        match status.as_deref() {
+            Some("committed") => match found() {
+                Some(Some(ours)) => return Some(ours),
+                // Not visible yet, or the look failed: ask again.
+                Some(None) | None => continue,
+            },
+            Some("aborted") => match found() {
+                Some(Some(true)) => return Some(true),
+                Some(Some(false)) => return Some(false),
+                Some(None) if aborted_once => return Some(false),
+                Some(None) => aborted_once = true,
+                None => continue,
+            },
             // In progress: its backend has not noticed the connection is gone yet.
             _ => continue,
         }

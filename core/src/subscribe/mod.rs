@@ -431,8 +431,9 @@ impl Subscription {
         };
         match walk {
             ScanWalk::Embedded(walk) => carried.read_ahead = walk.read_ahead(),
+            // Not kept once closed: `close` may have found the consumer busy with this pass.
             #[cfg(feature = "postgres")]
-            ScanWalk::Postgres(read) => carried.postgres = Some((scanned, read)),
+            ScanWalk::Postgres(read) => carried.postgres = (!self.ended()).then_some((scanned, read)),
         }
         self.scanned.store(scanned, Ordering::Release);
         if let Some(last) = last {
@@ -480,8 +481,10 @@ impl Subscription {
         }
         // What a pass kept for the next (a Postgres read's page): none will come. Not waited
         // for if a consumer is in a pass; that pass finds the subscription ended next time.
-        if let Ok(mut carried) = self.consumer.try_lock() {
-            *carried = Carried::default();
+        match self.consumer.try_lock() {
+            Ok(mut carried) => *carried = Carried::default(),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => *poisoned.into_inner() = Carried::default(),
+            Err(std::sync::TryLockError::WouldBlock) => {}
         }
         self.published.notifier.closed(&self.interest);
     }
