@@ -327,6 +327,20 @@ test('an unknown URL scheme is INVALID_ARGUMENT and makes no directory', async (
   }
 })
 
+test('a URL scheme in capitals opens the same context', async (t) => {
+  // Schemes are case-insensitive: PostgreSQL://... is the same store as postgresql://...
+  const base = requirePostgres(t)
+  if (!base) return
+  const url = contextUrl(base, freshContext('scheme'))
+  const store = await Store.open(url)
+  await store.append([{ type: 'T', tags: ['k:1'], data: Buffer.from('7') }])
+  await store.close()
+  const [scheme, rest] = [url.slice(0, url.indexOf('://')), url.slice(url.indexOf('://'))]
+  const again = await Store.open(scheme.toUpperCase() + rest)
+  assert.equal(Number(await again.head()), 1)
+  await again.close()
+})
+
 test('openReadOnly of a missing context is IO, as of a missing directory', async (t) => {
   const base = requirePostgres(t)
   if (!base) return

@@ -317,6 +317,18 @@ def test_an_unknown_url_scheme_is_invalid_argument_and_no_directory(tmp_path, mo
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_url_scheme_in_capitals_opens_the_same_context():
+    # Schemes are case-insensitive: PostgreSQL://... is the same store as postgresql://...
+    url = context_url(postgres_url(), fresh_context("scheme"))
+    store = Store.open(url)
+    store.append([Event(type="T", tags=["k:1"], data=b"7")])
+    store.close()
+    scheme, rest = url.split("://", 1)
+    again = Store.open(scheme.upper() + "://" + rest)
+    assert again.head() == 1
+    again.close()
+
+
 def test_a_read_only_open_of_a_missing_context_is_io_like_a_missing_directory(tmp_path):
     context = fresh_context("ro_missing")
     with pytest.raises(lapilli.LapilliIOError) as raised:

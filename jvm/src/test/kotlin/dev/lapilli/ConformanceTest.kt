@@ -87,6 +87,15 @@ class ConformanceTest {
     }
 
     @Test
+    fun `a URL scheme in capitals opens the same context`() {
+        // Schemes are case-insensitive: PostgreSQL://... is the same store as postgresql://...
+        val url = contextUrl(requirePostgres(), freshContext("scheme"))
+        Store.open(url).use { it.append(Event("T", listOf("k:1"), "7")) }
+        val (scheme, rest) = url.split("://", limit = 2)
+        Store.open(scheme.uppercase() + "://" + rest).use { assertEquals(1L, it.head()) }
+    }
+
+    @Test
     fun `openReadOnly of a missing context is Io, as of a missing directory`() {
         val url = contextUrl(requirePostgres(), freshContext("ro_missing"))
         val e = assertThrows<LapilliException.Io> { Store.openReadOnly(url).close() }
