@@ -341,15 +341,15 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     let mut kept = Vec::new();
     let mut seen: Vec<String> = Vec::new();
     // The driver's parameters whose defaults Lapilli replaces unless given (decoded names).
-    let mut given_keepalives = (false, false);
+    let (mut given_keepalives_idle, mut given_keepalives_interval) = (false, false);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (raw_key, value) = pair.split_once('=').unwrap_or((pair, ""));
         // Keys are matched as the driver will read them, decoded: `ssl%6Dode=disable` must not
         // slip past the TLS rules below as an unknown key and then turn TLS off in the driver.
         let key = percent_decode(raw_key).map_err(|why| bad(format!("a parameter name: {why}")))?;
         let key = key.as_str();
-        given_keepalives.0 |= key == "keepalives_idle";
-        given_keepalives.1 |= key == "keepalives_interval";
+        given_keepalives_idle |= key == "keepalives_idle";
+        given_keepalives_interval |= key == "keepalives_interval";
         if LAPILLI_KEYS.contains(&key) {
             // Given twice, one would silently win: `sslmode=verify-full&...&sslmode=disable`
             // would turn off the TLS the first asked for, `sslrootcert=/ca.pem&sslrootcert=system`
@@ -437,10 +437,10 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     if config.get_tcp_user_timeout().is_none() {
         config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
     }
-    if !given_keepalives.0 {
+    if !given_keepalives_idle {
         config.keepalives_idle(DEFAULT_KEEPALIVES_IDLE);
     }
-    if !given_keepalives.1 {
+    if !given_keepalives_interval {
         config.keepalives_interval(DEFAULT_KEEPALIVES_INTERVAL);
     }
     // Nothing is added to the startup packet's `options` (JIT is turned off after connecting,
