@@ -5,7 +5,8 @@
 //! (the first, of 64 MiB, filled beforehand). Since 2026-12-03 a prepared segment is only
 //! allocated too, with a zeroer of its own that the writer's first group in it sets going (or,
 //! while the groups are large, not: the prefill's large groups pause it until about six small
-//! groups have come), so the two differ only in that. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
+//! groups have come), so the two differ only in that. `BATCH=n` makes each append n events
+//! (W1's batched cells) instead of one. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
 //! page cache before the writers start, as other I/O or a long run would.
 //!
 //! ```sh
@@ -34,6 +35,8 @@ fn main() {
     if let Some(mib) = std::env::var("PART_MIB").ok().and_then(|v| v.parse::<u64>().ok()) {
         options.part_bytes = mib << 20;
     }
+    // BATCH=n: each append carries n events (W1's batched cells), not one.
+    let batch: usize = std::env::var("BATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let store = Arc::new(Store::open(&dir, options).unwrap());
     if prefill {
         // Fills the first segment in large batches, so the measured appends land in the next.
@@ -57,8 +60,10 @@ fn main() {
                 let mut i = 0u64;
                 while Instant::now() < stop {
                     let t = Instant::now();
-                    let event = Event::new("Probe", [format!("w{w}"), format!("u{w}-{i}")], vec![7u8; 256]);
-                    store.append(vec![event], None).unwrap();
+                    let events: Vec<Event> = (0..batch)
+                        .map(|j| Event::new("Probe", [format!("w{w}"), format!("u{w}-{i}-{j}")], vec![7u8; 256]))
+                        .collect();
+                    store.append(events, None).unwrap();
                     latencies.push(t.elapsed().as_micros() as u64);
                     i += 1;
                 }
@@ -74,7 +79,7 @@ fn main() {
     let groups = after.group_commits - before.group_commits;
     // The fsync percentiles are the handle's (with PREFILL, the filler's fsyncs are in them).
     println!(
-        "writers {writers}: {:.0} appends/s, {:.0} groups/s, {:.2} events/group, fsync p50 {} us, p99 {} us; append p50 {} us, p99 {} us",
+        "writers {writers}, batch {batch}: {:.0} events/s, {:.0} groups/s, {:.2} events/group, fsync p50 {} us, p99 {} us; append p50 {} us, p99 {} us",
         events as f64 / elapsed,
         groups as f64 / elapsed,
         events as f64 / groups as f64,

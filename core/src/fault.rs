@@ -8,7 +8,8 @@
 //!
 //! Points: `commit.before_write`, `close.fsync` (the final fsync of `close`), `commit.torn_marker` (writes the group but the last bytes of
 //! its final commit marker, then aborts), `commit.short_write` (writes half the group, then
-//! fails), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
+//! fails), `commit.write_ahead` (the write of a large group's first MiB, before the group is
+//! staged whole: `Writer::write_ahead`), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
 //! `segment.fallocate` (its errno stands for `posix_fallocate`'s: EOPNOTSUPP plays a file system
 //! without it),
 //! `segment.zero_ahead.copy` and `segment.zero_ahead.sync` (a step of the zeroer,

@@ -304,6 +304,22 @@ pub fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
     if flushed != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// Starts writing `len` bytes of `file` from `at` out to the device and returns without waiting
+/// (`sync_file_range` with `SYNC_FILE_RANGE_WRITE` alone): the first MiBs of a large group go
+/// to the disk while the writer stages the rest, so the group's fsync waits for less. Not a
+/// durability point, and an error here is not one either: the fsync after it reports what
+/// matters, so the result is only a hint.
+#[cfg(target_os = "linux")]
+pub fn start_write_out(file: &File, at: u64, len: u64) {
+    // SAFETY: plain syscall on a descriptor we own for the duration of the call.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), at as libc::off64_t, len as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn start_write_out(_file: &File, _at: u64, _len: u64) {}
+
 /// Elsewhere there is no range write-out: the pages wait for the next sync.
 #[cfg(not(target_os = "linux"))]
 pub fn write_out(_file: &File, _at: u64, _len: usize) -> io::Result<()> {
@@ -414,19 +430,23 @@ impl ActiveSegment {
         self.capacity - self.end
     }
 
-    pub fn write_at_end(&self, bytes: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(bytes, self.end)
+    /// Writes `bytes` at byte `at` of the segment, which is at or past the committed end: the
+    /// first bytes of a group being staged, or the leftovers a failed group leaves.
+    pub fn write_at(&self, bytes: &[u8], at: u64) -> io::Result<()> {
+        debug_assert!(at >= self.end, "never over committed bytes");
+        self.file.write_all_at(bytes, at)
     }
 
-    /// Writes `bytes` at the end and `pad` zero bytes (less than a page) after them, with
-    /// positioned writes from the two buffers (one, unless the kernel writes short): the group
-    /// is not copied to append the zeros.
+    /// Writes `bytes` at byte `at` (at or past the end) and `pad` zero bytes (less than a page)
+    /// after them, with positioned writes from the two buffers (one, unless the kernel writes
+    /// short): the group is not copied to append the zeros.
     #[cfg(target_os = "linux")]
-    pub fn write_at_end_padded(&self, bytes: &[u8], pad: usize) -> io::Result<()> {
+    pub fn write_padded_at(&self, bytes: &[u8], pad: usize, at: u64) -> io::Result<()> {
         static ZEROS: [u8; PAGE_BYTES as usize] = [0; PAGE_BYTES as usize];
         debug_assert!(pad < PAGE_BYTES as usize);
+        debug_assert!(at >= self.end, "never over committed bytes");
         let mut parts = [bytes, &ZEROS[..pad]];
-        let mut offset = self.end;
+        let mut offset = at;
         while !parts[1].is_empty() || !parts[0].is_empty() {
             let iov = parts.map(|part| libc::iovec { iov_base: part.as_ptr() as *mut libc::c_void, iov_len: part.len() });
             let at = libc::off_t::try_from(offset).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
@@ -457,11 +477,11 @@ impl ActiveSegment {
     }
 
     #[cfg(not(target_os = "linux"))]
-    pub fn write_at_end_padded(&self, bytes: &[u8], pad: usize) -> io::Result<()> {
+    pub fn write_padded_at(&self, bytes: &[u8], pad: usize, at: u64) -> io::Result<()> {
         let mut padded = Vec::with_capacity(bytes.len() + pad);
         padded.extend_from_slice(bytes);
         padded.resize(bytes.len() + pad, 0);
-        self.write_at_end(&padded)
+        self.write_at(&padded, at)
     }
 
     pub fn sync_data(&self) -> io::Result<()> {
@@ -562,14 +582,14 @@ mod tests {
         fs::write(&path, vec![0xa5u8; 8192]).unwrap();
         let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
         let active = ActiveSegment { file: Arc::new(file), path: path.clone(), end: 100, chain: 0, capacity: 8192 };
-        active.write_at_end_padded(b"group", 4096 - 105).unwrap();
+        active.write_padded_at(b"group", 4096 - 105, 100).unwrap();
         let bytes = fs::read(&path).unwrap();
         assert!(bytes[..100].iter().all(|&b| b == 0xa5));
         assert_eq!(&bytes[100..105], b"group");
         assert!(bytes[105..4096].iter().all(|&b| b == 0), "the padding is zeros to the page's end");
         assert!(bytes[4096..].iter().all(|&b| b == 0xa5), "and stops there");
         let active = ActiveSegment { end: 4096, ..active };
-        active.write_at_end_padded(b"no pad", 0).unwrap();
+        active.write_padded_at(b"no pad", 0, 4096).unwrap();
         let bytes = fs::read(&path).unwrap();
         assert_eq!(&bytes[4096..4102], b"no pad");
         assert_eq!(bytes[4102], 0xa5);

@@ -102,6 +102,11 @@ impl GroupSizes {
         self.average = if self.average == 0 { group } else { self.average - self.average / 8 + group / 8 };
         self.average >= LARGE_GROUP
     }
+
+    /// Whether the groups are large now, without counting one.
+    pub fn large(&self) -> bool {
+        self.average >= LARGE_GROUP
+    }
 }
 
 /// When a zeroer starts writing.

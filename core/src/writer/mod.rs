@@ -38,6 +38,10 @@ const MAX_SEALING_BACKLOG: u64 = 4;
 /// callers) took the hand-offs too and lost a little (W2 at 128 writers); at 256 only batched
 /// groups take them (bench/README.md, "The index built during the sync").
 const OVERLAPPED_INDEX_EVENTS: usize = 256;
+/// Staged bytes of a group, not yet written, from which the writer writes them and starts their
+/// writeback before it stages the rest, so that a large group's disk writes run beside its
+/// staging instead of all after it (ARCHITECTURE.md, "A large group written as it is staged").
+const WRITE_AHEAD_BYTES: u64 = 1 << 20;
 /// Most encoded bytes one group takes from the queue.
 const MAX_GROUP_BYTES: usize = 64 << 20;
 /// The largest group buffer kept for the next group (see [`SpareBuffers`]); a larger one, from
@@ -88,6 +92,10 @@ struct Commit {
     /// buffers are freed once staged, so a group holds its bytes about once, not twice.
     retired: Vec<Retired>,
     retired_bytes: usize,
+    /// Bytes at the start of `bytes` already written to the segment (see [`WRITE_AHEAD_BYTES`]).
+    written: usize,
+    /// The error of a write of the first bytes, which fails the group when it is flushed.
+    write_ahead_failed: Option<std::io::Error>,
 }
 
 /// What is left of a staged request once its bytes are copied and its reply is kept.
@@ -233,8 +241,40 @@ impl Writer {
                 }
             }
             self.stage(request, &mut commit, recorded_at);
+            self.write_ahead(&mut commit);
         }
         self.flush(commit, recorded_at);
+    }
+
+    /// Writes what `commit` has staged past [`WRITE_AHEAD_BYTES`] unwritten and starts its
+    /// writeback, so that the disk takes a large group's first MiBs while the writer stages the
+    /// rest (with `fsync` durability only: otherwise nothing waits for the disk). The bytes
+    /// written end on a page boundary (the page is not dirtied again under writeback) and
+    /// short of the last commit marker, which the group's write always carries. Writing early
+    /// changes nothing a crash can show: bytes past the committed end are not acknowledged
+    /// until the group's fsync, whether they were written a millisecond or a second before it.
+    fn write_ahead(&mut self, commit: &mut Commit) {
+        if self.durability != Durability::Fsync || commit.write_ahead_failed.is_some() {
+            return;
+        }
+        let group_start = self.active.end;
+        let from = group_start + commit.written as u64;
+        let to = (group_start + commit.bytes.len().saturating_sub(MARKER_RECORD_LEN) as u64) / PAGE_BYTES * PAGE_BYTES;
+        if to < from + WRITE_AHEAD_BYTES {
+            return;
+        }
+        if let Some(zero_ahead) = &self.zero_ahead {
+            zero_ahead.before_write(from, to, self.group_sizes.large());
+        }
+        let bytes = &commit.bytes[commit.written..(to - group_start) as usize];
+        match crate::fault::io_point("commit.write_ahead").and_then(|_| self.active.write_at(bytes, from)) {
+            Ok(()) => {
+                commit.written += bytes.len();
+                let page = from / PAGE_BYTES * PAGE_BYTES;
+                crate::log::segment::start_write_out(&self.active.file, page, to - page);
+            }
+            Err(e) => commit.write_ahead_failed = Some(e),
+        }
     }
 
     /// The condition verdict for the part the caller's thread could not check: the log after
@@ -325,6 +365,8 @@ impl Writer {
             answers: std::mem::take(&mut spare.answers),
             retired: std::mem::take(&mut spare.retired),
             retired_bytes: 0,
+            written: 0,
+            write_ahead_failed: None,
         }
     }
 
@@ -353,7 +395,11 @@ impl Writer {
             return;
         }
         crate::fault::crash_point("commit.before_write");
-        if let Err(e) = self.write_group(&staged.bytes) {
+        let written = match staged.write_ahead_failed.take() {
+            Some(e) => Err(e),
+            None => self.write_group(&staged.bytes, staged.written),
+        };
+        if let Err(e) = written {
             // Poisoned, as after a failed fsync, rather than rewound: part of the group may have
             // landed, and a follower may already have accepted the whole batches in that part;
             // writing other batches over them would change what it has shown. A reopen recovers
@@ -509,23 +555,27 @@ impl Writer {
     /// after earlier bytes is not padded (the group that reached the page first padded it).
     /// That page is not written from its start: the writer would have to keep (or read) its
     /// committed bytes to do so, to spare one read after an open or a long idle.
-    fn write_group(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+    ///
+    /// The first `written` bytes of a large group are already written ([`Writer::write_ahead`]).
+    fn write_group(&mut self, bytes: &[u8], written: usize) -> std::io::Result<()> {
         let padded_end = padded_end(self.active.end, self.active.end + bytes.len() as u64, self.active.capacity);
         let large_groups = self.group_sizes.record(bytes.len() as u64);
+        let from = self.active.end + written as u64;
         if let Some(zero_ahead) = &self.zero_ahead {
-            zero_ahead.before_write(self.active.end, padded_end, large_groups);
+            zero_ahead.before_write(from, padded_end, large_groups);
         }
+        let rest = &bytes[written..];
         if crate::fault::hit("commit.torn_marker").is_some() {
             // The last commit marker's length reaches the disk, its checksum and payload do not.
-            let _ = self.active.write_at_end(&bytes[..bytes.len() - MARKER_RECORD_LEN + 4]);
+            let _ = self.active.write_at(&rest[..rest.len() - MARKER_RECORD_LEN + 4], from);
             std::process::abort();
         }
         if let Err(e) = crate::fault::io_point("commit.short_write") {
-            let _ = self.active.write_at_end(&bytes[..bytes.len() / 2]);
+            let _ = self.active.write_at(&rest[..rest.len() / 2], from);
             return Err(e);
         }
         let pad = padded_end - self.active.end - bytes.len() as u64;
-        self.active.write_at_end_padded(bytes, pad as usize)
+        self.active.write_padded_at(rest, pad as usize, from)
     }
 
     /// A failed fsync poisons the writer. After it the kernel may have dropped the dirty pages
