@@ -8,8 +8,10 @@
 //!
 //! Points: `commit.before_write`, `close.fsync` (the final fsync of `close`), `commit.torn_marker` (writes the group but the last bytes of
 //! its final commit marker, then aborts), `commit.short_write` (writes half the group, then
-//! fails), `commit.write_ahead` (the write of a large group's first MiB, before the group is
-//! staged whole: `Writer::write_ahead`), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
+//! fails; with a group's first MiBs written ahead, half of the rest), `commit.write_ahead`
+//! (each write of a large group's first MiBs before the group is staged whole,
+//! `Writer::write_ahead`; `commit.before_write` comes after those writes),
+//! `commit.after_write_ahead` (just after one of those writes), `commit.before_fsync`, `commit.fsync`, `commit.after_fsync`, `segment.preallocate`,
 //! `segment.fallocate` (its errno stands for `posix_fallocate`'s: EOPNOTSUPP plays a file system
 //! without it),
 //! `segment.zero_ahead.copy` and `segment.zero_ahead.sync` (a step of the zeroer,

@@ -308,7 +308,9 @@ pub fn write_out(file: &File, at: u64, len: usize) -> io::Result<()> {
 /// (`sync_file_range` with `SYNC_FILE_RANGE_WRITE` alone): the first MiBs of a large group go
 /// to the disk while the writer stages the rest, so the group's fsync waits for less. Not a
 /// durability point, and an error here is not one either: the fsync after it reports what
-/// matters, so the result is only a hint.
+/// matters, so the result is only a hint. It must not wait (`SYNC_FILE_RANGE_WAIT_*`): a wait
+/// would collect a writeback error here, where it is ignored, and the group's fsync could then
+/// succeed over a chunk that failed.
 #[cfg(target_os = "linux")]
 pub fn start_write_out(file: &File, at: u64, len: u64) {
     // SAFETY: plain syscall on a descriptor we own for the duration of the call.

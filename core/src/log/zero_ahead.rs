@@ -98,14 +98,20 @@ impl GroupSizes {
     /// groups, at most six small ones resume it. A store's first group sets the average whole,
     /// so a bulk load's first groups are not zeroed for.
     pub fn record(&mut self, bytes: u64) -> bool {
-        let group = bytes.min(2 * LARGE_GROUP);
-        self.average = if self.average == 0 { group } else { self.average - self.average / 8 + group / 8 };
+        self.average = self.average_with(bytes);
         self.average >= LARGE_GROUP
     }
 
-    /// Whether the groups are large now, without counting one.
-    pub fn large(&self) -> bool {
-        self.average >= LARGE_GROUP
+    /// What [`GroupSizes::record`] would answer for a group of `bytes`, without counting it:
+    /// for the first MiBs of a group written before it is staged whole (`Writer::write_ahead`),
+    /// so that a bulk load's first group is not zeroed for either.
+    pub fn would_be_large(&self, bytes: u64) -> bool {
+        self.average_with(bytes) >= LARGE_GROUP
+    }
+
+    fn average_with(&self, bytes: u64) -> u64 {
+        let group = bytes.min(2 * LARGE_GROUP);
+        if self.average == 0 { group } else { self.average - self.average / 8 + group / 8 }
     }
 }
 

@@ -217,7 +217,8 @@ impl Writer {
             }))
         });
         let mut commit = self.empty_commit(staged);
-        for request in group.drain(..) {
+        let mut requests = group.drain(..).peekable();
+        while let Some(request) = requests.next() {
             if let Some(poison) = &self.poisoned {
                 request.reply.send(Err(poison.clone()));
                 continue;
@@ -241,20 +242,27 @@ impl Writer {
                 }
             }
             self.stage(request, &mut commit, recorded_at);
-            self.write_ahead(&mut commit);
+            // After the last request nothing is left to stage beside the writeback: the group's
+            // own write follows at once.
+            if requests.peek().is_some() {
+                self.write_ahead(&mut commit);
+            }
         }
         self.flush(commit, recorded_at);
     }
 
     /// Writes what `commit` has staged past [`WRITE_AHEAD_BYTES`] unwritten and starts its
     /// writeback, so that the disk takes a large group's first MiBs while the writer stages the
-    /// rest (with `fsync` durability only: otherwise nothing waits for the disk). The bytes
-    /// written end on a page boundary (the page is not dirtied again under writeback) and
-    /// short of the last commit marker, which the group's write always carries. Writing early
-    /// changes nothing a crash can show: bytes past the committed end are not acknowledged
-    /// until the group's fsync, whether they were written a millisecond or a second before it.
+    /// rest (with `fsync` durability only, otherwise nothing waits for the disk; and on Linux
+    /// only, where the writeback can be started). The bytes written end on a page boundary (a
+    /// 4 KiB page under writeback is not dirtied again by the next write; a larger folio that
+    /// straddles the boundary can be, which costs a wait where the device needs stable pages,
+    /// nothing else) and short of the last commit marker, which the group's write always
+    /// carries. Writing early changes nothing a crash can show: bytes past the committed end
+    /// are not acknowledged until the group's fsync, whether they were written a millisecond or
+    /// a second before it.
     fn write_ahead(&mut self, commit: &mut Commit) {
-        if self.durability != Durability::Fsync || commit.write_ahead_failed.is_some() {
+        if !cfg!(target_os = "linux") || self.durability != Durability::Fsync || commit.write_ahead_failed.is_some() {
             return;
         }
         let group_start = self.active.end;
@@ -264,11 +272,12 @@ impl Writer {
             return;
         }
         if let Some(zero_ahead) = &self.zero_ahead {
-            zero_ahead.before_write(from, to, self.group_sizes.large());
+            zero_ahead.before_write(from, to, self.group_sizes.would_be_large(commit.bytes.len() as u64));
         }
         let bytes = &commit.bytes[commit.written..(to - group_start) as usize];
         match crate::fault::io_point("commit.write_ahead").and_then(|_| self.active.write_at(bytes, from)) {
             Ok(()) => {
+                crate::fault::crash_point("commit.after_write_ahead");
                 commit.written += bytes.len();
                 let page = from / PAGE_BYTES * PAGE_BYTES;
                 crate::log::segment::start_write_out(&self.active.file, page, to - page);
