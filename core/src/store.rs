@@ -164,6 +164,7 @@ impl Store {
             next_segment: SegmentPreparer::start(&path, options.segment_size, options.file_mode, options.durability)?,
             zero_ahead,
             group_sizes: GroupSizes::default(),
+            slice: Default::default(),
             durability: options.durability,
             head,
             last_recorded_at: recovered.last_recorded_at,

@@ -4,6 +4,7 @@
 
 pub(crate) mod condition;
 pub(crate) mod reply;
+pub(crate) mod slice;
 pub(crate) mod syncer;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::append::{AppendCondition, AppendResult};
 use crate::options::Durability;
 use condition::StagedIndex;
 use reply::Reply;
+use slice::WriterSlice;
 use syncer::Syncer;
 
 /// Most requests one group takes from the queue; bounds the latency of the first of them.
@@ -132,8 +134,11 @@ pub(crate) struct Writer {
     /// (`log/zero_ahead.rs`); None where that cannot pay (buffered durability, a file system
     /// without unwritten extents, a segment written through already).
     pub zero_ahead: Option<ZeroAhead>,
-    /// Whether the groups are large, for the zeroer of whichever segment is active.
+    /// Whether the groups are large, for the zeroer of whichever segment is active, and for
+    /// the writer's time slice.
     pub group_sizes: GroupSizes,
+    /// The time slice this thread asked the scheduler for (`writer/slice.rs`).
+    pub slice: WriterSlice,
     pub durability: Durability,
     /// Last committed position.
     pub head: u64,
@@ -157,6 +162,7 @@ impl Writer {
     /// Serves appends until shutdown; returns the final fsync's error, which `close` reports.
     pub fn run(mut self, queue: Receiver<Command>) -> Result<()> {
         let mut group = Vec::new();
+        self.slice.follow(false);
         'serve: while let Ok(command) = queue.recv() {
             let Command::Append(first) = command else { break };
             let mut bytes = first.committed_len();
@@ -569,6 +575,7 @@ impl Writer {
     fn write_group(&mut self, bytes: &[u8], written: usize) -> std::io::Result<()> {
         let padded_end = padded_end(self.active.end, self.active.end + bytes.len() as u64, self.active.capacity);
         let large_groups = self.group_sizes.record(bytes.len() as u64);
+        self.slice.follow(large_groups);
         let from = self.active.end + written as u64;
         if let Some(zero_ahead) = &self.zero_ahead {
             zero_ahead.before_write(from, padded_end, large_groups);
