@@ -6,7 +6,7 @@
 //! allocated too, with a zeroer of its own that the writer's first group in it sets going (or,
 //! while the groups are large, not: the prefill's large groups pause it until about six small
 //! groups have come), so the two differ only in that. `BATCH=n` makes each append n events
-//! (W1's batched cells) instead of one. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
+//! (W1's batched cells) instead of one; `SPIN=n` keeps n other threads of the process busy. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
 //! page cache before the writers start, as other I/O or a long run would.
 //!
 //! ```sh
@@ -49,6 +49,19 @@ fn main() {
             evict(&dir);
         }
     }
+    // SPIN=n: n threads of the process spin at normal priority meanwhile (a busy application).
+    let spinners: usize = std::env::var("SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let spinning = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let spin_threads: Vec<_> = (0..spinners)
+        .map(|_| {
+            let spinning = spinning.clone();
+            std::thread::spawn(move || {
+                while spinning.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
     let before = store.stats().unwrap();
     let stop = Instant::now() + Duration::from_secs_f64(secs);
     let started = Instant::now();
@@ -72,6 +85,10 @@ fn main() {
         })
         .collect();
     let mut latencies: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    spinning.store(false, std::sync::atomic::Ordering::Relaxed);
+    for spinner in spin_threads {
+        spinner.join().unwrap();
+    }
     let elapsed = started.elapsed().as_secs_f64();
     latencies.sort_unstable();
     let after = store.stats().unwrap();

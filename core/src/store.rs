@@ -16,6 +16,7 @@ use crate::location::Location;
 use crate::log::format::{FRAME_LEN, HEADER_LEN, MARKER_RECORD_LEN};
 use crate::log::prepare::SegmentPreparer;
 use crate::log::zero_ahead::{GroupSizes, ZeroAhead};
+use crate::writer::slice::WriterSlice;
 use crate::append::{AppendCondition, AppendResult};
 use crate::open::{RecoveryReport, create_store_dir, recover, take_lock};
 use crate::options::{Durability, Options, QUEUE_DEPTH};
@@ -164,7 +165,7 @@ impl Store {
             next_segment: SegmentPreparer::start(&path, options.segment_size, options.file_mode, options.durability)?,
             zero_ahead,
             group_sizes: GroupSizes::default(),
-            slice: Default::default(),
+            slice: WriterSlice::new(options.durability == Durability::Fsync),
             durability: options.durability,
             head,
             last_recorded_at: recovered.last_recorded_at,

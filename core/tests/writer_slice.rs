@@ -6,20 +6,27 @@ use lapilli_core::{Event, Options, Store};
 
 const LONG_SLICE_NANOS: u64 = 10_000_000;
 
-fn attr_of(tid: libc::pid_t) -> libc::sched_attr {
+/// The tests of this file look for the one writer thread of the process and set the
+/// environment: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn try_attr_of(tid: libc::pid_t) -> Option<libc::sched_attr> {
     let size = std::mem::size_of::<libc::sched_attr>() as u32;
     // SAFETY: plain integers; the kernel writes at most `size` bytes.
     let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
     let got = unsafe { libc::syscall(libc::SYS_sched_getattr, tid, &mut attr as *mut libc::sched_attr, size, 0) };
-    assert_eq!(got, 0, "sched_getattr of thread {tid}: {}", std::io::Error::last_os_error());
-    attr
+    (got == 0).then_some(attr)
 }
 
-/// Whether this kernel keeps a slice asked for (EEVDF, Linux 6.6 and later): asked on a thread
-/// of its own, which then ends.
+fn attr_of(tid: libc::pid_t) -> libc::sched_attr {
+    try_attr_of(tid).unwrap_or_else(|| panic!("sched_getattr of thread {tid}: {}", std::io::Error::last_os_error()))
+}
+
+/// Whether this kernel keeps a slice asked for (EEVDF's custom slices, Linux 6.12 and later):
+/// asked on a thread of its own, which then ends.
 fn kernel_keeps_slices() -> bool {
     std::thread::spawn(|| {
-        let mut attr = attr_of(0);
+        let Some(mut attr) = try_attr_of(0) else { return false };
         attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
         attr.sched_flags = 0;
         attr.sched_runtime = LONG_SLICE_NANOS;
@@ -31,7 +38,7 @@ fn kernel_keeps_slices() -> bool {
     .unwrap()
 }
 
-/// The one writer thread of this process (this file's only test opens one store at a time).
+/// The one writer thread of this process (this file's tests open one store at a time).
 fn writer_tid() -> libc::pid_t {
     let writers: Vec<libc::pid_t> = std::fs::read_dir("/proc/self/task")
         .unwrap()
@@ -47,6 +54,7 @@ fn writer_tid() -> libc::pid_t {
 
 #[test]
 fn the_writer_asks_for_a_long_slice_while_its_groups_are_small_and_keeps_its_nice_value() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !kernel_keeps_slices() {
         eprintln!("skipped: this kernel does not keep a thread's slice request");
         return;
@@ -65,14 +73,15 @@ fn the_writer_asks_for_a_long_slice_while_its_groups_are_small_and_keeps_its_nic
         let attr = attr_of(writer);
         assert_eq!(attr.sched_runtime, LONG_SLICE_NANOS, "small groups");
         assert_eq!(attr.sched_nice, 3, "the writer's nice value");
-        // Groups of 128 KiB: the average crosses 64 KiB at once (a store's first groups set it).
+        // Groups of 128 KiB: each weighs an eighth, so the average (about 200 bytes after the
+        // first group) passes 64 KiB after six of them.
         for i in 0..12 {
             store.append(vec![Event::new("Big", [format!("b:{i}")], vec![2u8; 128 << 10])], None).unwrap();
         }
         let attr = attr_of(writer);
         assert_ne!(attr.sched_runtime, LONG_SLICE_NANOS, "large groups: the default slice");
         assert_eq!(attr.sched_nice, 3);
-        // Each small group weighs an eighth: a few dozen bring the average back under 64 KiB.
+        // Small groups bring the average back, under 48 KiB (the band's bottom) after eight.
         for i in 1..40 {
             store.append(small(i), None).unwrap();
         }
@@ -82,4 +91,33 @@ fn the_writer_asks_for_a_long_slice_while_its_groups_are_small_and_keeps_its_nic
     })
     .join()
     .unwrap();
+}
+
+/// The writer's slice is left alone with `buffered` durability (its small groups never wait on
+/// a sync) and when the environment says `LAPILLI_WRITER_SLICE=default`.
+#[test]
+fn the_writer_leaves_its_slice_alone_when_buffered_or_told_to() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !kernel_keeps_slices() {
+        eprintln!("skipped: this kernel does not keep a thread's slice request");
+        return;
+    }
+    for (durability, told) in [(lapilli_core::Durability::Buffered, false), (lapilli_core::Durability::Fsync, true)] {
+        if told {
+            // SAFETY: the tests of this file run one at a time and no other thread reads the
+            // environment meanwhile.
+            unsafe { std::env::set_var("LAPILLI_WRITER_SLICE", "default") };
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Options { durability, ..Options::default() }).unwrap();
+        for i in 0..4 {
+            store.append(vec![Event::new("Small", [format!("s:{i}")], vec![1u8; 100])], None).unwrap();
+        }
+        let attr = attr_of(writer_tid());
+        if told {
+            unsafe { std::env::remove_var("LAPILLI_WRITER_SLICE") };
+        }
+        assert_ne!(attr.sched_runtime, LONG_SLICE_NANOS, "{durability:?}, told: {told}");
+        store.close().unwrap();
+    }
 }

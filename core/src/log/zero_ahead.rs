@@ -109,6 +109,11 @@ impl GroupSizes {
         self.average_with(bytes) >= LARGE_GROUP
     }
 
+    /// The running average itself (the writer's time slice has a band of its own around it).
+    pub fn average(&self) -> u64 {
+        self.average
+    }
+
     fn average_with(&self, bytes: u64) -> u64 {
         let group = bytes.min(2 * LARGE_GROUP);
         if self.average == 0 { group } else { self.average - self.average / 8 + group / 8 }

@@ -162,7 +162,7 @@ impl Writer {
     /// Serves appends until shutdown; returns the final fsync's error, which `close` reports.
     pub fn run(mut self, queue: Receiver<Command>) -> Result<()> {
         let mut group = Vec::new();
-        self.slice.follow(false);
+        self.slice.follow(self.group_sizes.average());
         'serve: while let Ok(command) = queue.recv() {
             let Command::Append(first) = command else { break };
             let mut bytes = first.committed_len();
@@ -575,7 +575,7 @@ impl Writer {
     fn write_group(&mut self, bytes: &[u8], written: usize) -> std::io::Result<()> {
         let padded_end = padded_end(self.active.end, self.active.end + bytes.len() as u64, self.active.capacity);
         let large_groups = self.group_sizes.record(bytes.len() as u64);
-        self.slice.follow(large_groups);
+        self.slice.follow(self.group_sizes.average());
         let from = self.active.end + written as u64;
         if let Some(zero_ahead) = &self.zero_ahead {
             zero_ahead.before_write(from, padded_end, large_groups);
