@@ -1,7 +1,7 @@
 //! The writer's time slice: how long the scheduler lets it run before a thread it woke may take
 //! its CPU (`sched_runtime` of `sched_setattr`, which Linux's EEVDF scheduler reads as a slice
-//! request for normal threads since 6.12; 6.6 to 6.11 accept and ignore it, other systems have
-//! no such call, and then nothing changes).
+//! request for normal threads since 6.12; earlier kernels (from 3.14) accept and ignore it,
+//! other systems have no such call, and then nothing changes).
 //!
 //! With `fsync` durability and small groups the writer works in short bursts between two waits
 //! (its queue, the group's sync): answer the group's callers, take the next requests, write,
@@ -9,9 +9,9 @@
 //! slice, earlier deadline) runs at once and queues its next append before the writer gathers
 //! the next group: measured with `group_probe` at 8 unbatched writers, 7.7 events a group
 //! instead of 6.7 and 44k appends/s instead of 37k, though the writer is switched out more
-//! often (7.3 involuntary switches a group instead of 4), and beside 4 busy threads of the
-//! application 22k to 23k appends/s instead of 14k to 15k (bench/README.md, "The writer's time
-//! slice"). The first guess, that the writer would be preempted less, was wrong. CPU shares do
+//! often (7.3 involuntary switches a group instead of 4). Beside 4 busy threads of the
+//! application it made 21.7k to 23.5k appends/s instead of 13.5k to 14.6k, by more groups a
+//! second, not fuller ones (why is not measured) (bench/README.md, "The writer's time slice"). The first guess, that the writer would be preempted less, was wrong. CPU shares do
 //! not change: they follow the weight (the nice value), not the slice.
 //!
 //! Only while the groups are small: with large groups (batched appends) the writer's bursts are
@@ -20,7 +20,9 @@
 //! durability either, where small groups never wait on a sync and a busy writer would hold the
 //! CPU in long runs. Setting `LAPILLI_WRITER_SLICE=default` in the environment leaves the
 //! writer's slice alone (a sandbox that must not see the calls, or a measurement); the first
-//! refused call, or a kernel that does not keep the slice asked for, stops the requests too.
+//! refused call, or a kernel that does not keep the slice asked for, stops the requests too (a
+//! refusal of the way back to the default leaves the long slice, which the kernel refused to
+//! change).
 //!
 //! A thread started from the writer's thread would inherit the slice; none is (the sync,
 //! sealer and completion threads start on the thread that opens the store, zeroers there or on
