@@ -402,13 +402,6 @@ fn nothing_of_a_group_shows_while_its_sync_is_under_way() {
     let large_tag = format!("writer:{LARGE_BATCH_WRITERS}");
     // A failed assertion below must not leave the sync thread held (the store's drop would wait
     // for it for ever, and the test hang instead of failing).
-    struct ReleaseOnDrop;
-    impl Drop for ReleaseOnDrop {
-        fn drop(&mut self) {
-            fault::disarm_all();
-            fault::release_held();
-        }
-    }
     let _release = ReleaseOnDrop;
     fault::arm("commit.fsync", Fault::Hold, 0);
     let (answered, answers) = std::sync::mpsc::channel();
@@ -723,6 +716,18 @@ fn count_segments(store_dir: &Path) -> usize {
     std::fs::read_dir(store_dir).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log")).count()
 }
 
+/// Disarms every fault and releases a held point when dropped: a failed assertion must not
+/// leave a thread held (the store's drop would wait for it for ever, and the test hang instead
+/// of failing).
+struct ReleaseOnDrop;
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        fault::disarm_all();
+        fault::release_held();
+    }
+}
+
 fn libc_eio() -> i32 {
     5
 }
@@ -849,13 +854,6 @@ fn a_short_write_poisons_the_writer_until_reopen() {
 #[test]
 fn a_failed_write_ahead_fails_the_group_and_poisons_the_writer() {
     let _serial = serial();
-    struct ReleaseOnDrop;
-    impl Drop for ReleaseOnDrop {
-        fn drop(&mut self) {
-            fault::disarm_all();
-            fault::release_held();
-        }
-    }
     let _release = ReleaseOnDrop;
     let options = sized(16 << 20);
     for (failing, kept) in [(0u32, 0usize), (1, 0), (2, 1)] {

@@ -11,8 +11,9 @@
 //! instead of 6.7 and 44k appends/s instead of 37k, though the writer is switched out more
 //! often (7.3 involuntary switches a group instead of 4). Beside 4 busy threads of the
 //! application it made 21.7k to 23.5k appends/s instead of 13.5k to 14.6k, by more groups a
-//! second, not fuller ones (why is not measured) (bench/README.md, "The writer's time slice"). The first guess, that the writer would be preempted less, was wrong. CPU shares do
-//! not change: they follow the weight (the nice value), not the slice.
+//! second, not fuller ones (why is not measured) (bench/README.md, "The writer's time slice").
+//! The first guess, that the writer would be preempted less, was wrong. CPU shares do not
+//! change: they follow the weight (the nice value), not the slice.
 //!
 //! Only while the groups are small: with large groups (batched appends) the writer's bursts are
 //! long and the callers need the CPU to encode the next batches, and the long slice cost
