@@ -328,7 +328,7 @@ fn rebuild(path: PathBuf, base: u64, next_base: u64, rebuilds: Rebuilds, report:
     let bytes = encode_from_log(&path, base, next_base, report)?;
     report.rebuilt_indexes.push(target.clone());
     if let Rebuilds::Write { mode } = rebuilds {
-        match index_file::write_temporary(&target, &bytes, mode) {
+        match index_file::write_temporary(&target, &bytes, mode, index_file::Durable::Synced) {
             Ok(tmp) => return Ok(SealedSegment::Written(Box::new(WrittenIndex { base, next_base, path, tmp }))),
             Err(e) => report.unwritten_indexes.push((target.clone(), e.to_string())),
         }

@@ -1037,3 +1037,57 @@ fn a_failed_part_fsync_writes_no_part_file_and_poisons_the_writer() {
     assert_eq!(store.head().unwrap().get(), i, "(the fault is injected; the page cache holds the bytes)");
     store.close().unwrap();
 }
+
+/// Part files of the first tier are written without an fsync (`seal::seal_part`: their syncs
+/// cost the commits' p99); merges into the next tier, and the close, sync. With a failing
+/// `index.fsync` armed, three first-tier parts are sealed without reaching it, and the merge the
+/// fourth brings reaches it (and fails, reported: the four parts stay as they were). In a second
+/// store, a close whose short last part brings no merge reaches it too. Every event stays, and
+/// the next opens trust the part files they find.
+#[test]
+fn first_tier_part_files_are_not_synced_but_merges_and_the_close_are() {
+    let _serial = serial();
+    let _release = ReleaseOnDrop;
+    let options = Options { durability: Durability::Fsync, segment_size: 1 << 20, part_bytes: 4096, ..Options::default() };
+    // Three events fill a part.
+    let event = |i: u64| Event::new("T", [format!("e:{i}")], vec![7u8; 1500]);
+    let append_until = |store: &Store, dir: &Path, i: &mut u64, done: &dyn Fn() -> bool| {
+        while !done() {
+            store.append(vec![event(*i)], None).unwrap();
+            *i += 1;
+            store.wait_for_sealing();
+            assert!(*i < 100, "never came: {} part files", part_files(dir));
+        }
+    };
+    let reopened = |dir: &Path, events: u64| {
+        let store = Store::open(dir, options.clone()).unwrap();
+        assert_eq!(store.recovery().scanned_log_bytes, 0, "{:?}", store.recovery());
+        let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
+        assert_eq!(all.len() as u64, events);
+        store.close().unwrap();
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    fault::arm("index.fsync", Fault::Errno(libc_eio()), 0);
+    let mut i = 0;
+    append_until(&store, dir.path(), &mut i, &|| part_files(dir.path()) == 3);
+    assert!(fault::is_armed("index.fsync"), "a first-tier part file was synced");
+    assert_eq!(store.tail_indexed_segments(), 1, "the three parts are answered by their files");
+    append_until(&store, dir.path(), &mut i, &|| !fault::is_armed("index.fsync"));
+    assert_eq!(part_files(dir.path()), 4, "the failed merge left its four parts");
+    store.close().unwrap();
+    reopened(dir.path(), i);
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    let mut i = 0;
+    append_until(&store, dir.path(), &mut i, &|| part_files(dir.path()) == 1);
+    store.append(vec![event(i)], None).unwrap();
+    i += 1;
+    fault::arm("index.fsync", Fault::Errno(libc_eio()), 0);
+    store.close().unwrap();
+    assert!(!fault::is_armed("index.fsync"), "the close did not sync the part files");
+    assert_eq!(part_files(dir.path()), 2, "the part and the close's short one, not merged");
+    reopened(dir.path(), i);
+}

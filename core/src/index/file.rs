@@ -319,19 +319,39 @@ pub fn is_temporary_name(name: &str) -> bool {
 /// fsynced, renamed into place, then the directory fsynced, so a crash leaves the old state or
 /// the whole new file.
 pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let tmp = write_temporary(path, bytes, mode)?;
+    let tmp = write_temporary(path, bytes, mode, Durable::Synced)?;
     install(&tmp, path)?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
-/// Writes `bytes` under the temporary name of the index file `path`, fsynced; returns that
-/// name. [`install`] renames it into place.
-pub fn write_temporary(path: &Path, bytes: &[u8], mode: u32) -> Result<PathBuf> {
+/// Writes `bytes` as the index file at `path` like [`write`], but syncs neither the file nor the
+/// directory: a process crash keeps it (it is in the page cache), a power cut may leave it
+/// missing, empty, or partly written. For files whose loss costs only a scan of their log and
+/// whose bytes are checked before use (a part file of the first tier: see `seal::seal_part`).
+pub fn write_unsynced(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let tmp = write_temporary(path, bytes, mode, Durable::Unsynced)?;
+    install(&tmp, path)
+}
+
+/// Whether [`write_temporary`] fsyncs what it wrote.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Durable {
+    Synced,
+    Unsynced,
+}
+
+/// Writes `bytes` under the temporary name of the index file `path`, fsynced if `durable` says
+/// so; returns that name. [`install`] renames it into place.
+pub fn write_temporary(path: &Path, bytes: &[u8], mode: u32, durable: Durable) -> Result<PathBuf> {
     let tmp = temporary_path(path);
     let result = (|| -> std::io::Result<()> {
         // A `.tmp` left by a crash is reused: its mode is set again too.
         let mut file = open_with_mode(&tmp, OpenOptions::new().write(true).create(true).truncate(true), mode)?;
         file.write_all(bytes)?;
+        if durable == Durable::Unsynced {
+            return Ok(());
+        }
+        crate::fault::io_point("index.fsync")?;
         file.sync_all()
     })();
     result.map_err(|e| {
@@ -404,6 +424,7 @@ pub fn merge_parts(parts: &[&VerifiedIndex], base: u64, log_end: u64, path: &Pat
     let result = (|| -> std::io::Result<()> {
         let file = open_with_mode(&tmp, OpenOptions::new().write(true).create(true).truncate(true), mode)?;
         write_merged(parts, base, log_end, &file)?;
+        crate::fault::io_point("index.fsync")?;
         file.sync_all()
     })();
     result.map_err(|e| {
