@@ -6,7 +6,8 @@
 //! allocated too, with a zeroer of its own that the writer's first group in it sets going (or,
 //! while the groups are large, not: the prefill's large groups pause it until about six small
 //! groups have come), so the two differ only in that. `BATCH=n` makes each append n events
-//! (W1's batched cells) instead of one; `SPIN=n` keeps n other threads of the process busy. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
+//! (W1's batched cells) instead of one; `SPIN=n` keeps n other threads of the process busy; `CPU=1` prints
+//! each engine thread's CPU time at the end. `EVICT=1` (with `PREFILL=1`) then drops the store's pages from the
 //! page cache before the writers start, as other I/O or a long run would.
 //!
 //! ```sh
@@ -105,8 +106,33 @@ fn main() {
         latencies[latencies.len() / 2],
         latencies[latencies.len() * 99 / 100],
     );
+    // CPU=1: each engine thread's CPU time (user + system, from /proc) once the sealer has
+    // caught up with what the window appended, so sealing counts whole whichever part sizes.
+    if std::env::var_os("CPU").is_some() {
+        store.wait_for_sealing();
+        println!("cpu ms: {}", engine_thread_cpu_ms().join(", "));
+    }
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `name ms` for each thread of the process named `lapilli-*`, from `/proc/self/task/*/stat`.
+fn engine_thread_cpu_ms() -> Vec<String> {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let path = task.unwrap().path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default().trim().to_string();
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else { continue };
+        // Fields after the parenthesised name: state is the 3rd field, utime the 14th, stime the 15th.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let cpu = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        if name.starts_with("lapilli-") {
+            out.push(format!("{name} {:.0}", cpu * 1000.0 / ticks));
+        }
+    }
+    out
 }
 
 /// `POSIX_FADV_DONTNEED` on every file of the store (the zeros ahead of the writer are not
