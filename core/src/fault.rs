@@ -16,9 +16,10 @@
 //! without it),
 //! `segment.zero_ahead.copy` and `segment.zero_ahead.sync` (a step of the zeroer,
 //! `log/zero_ahead.rs`: its copy of zeros into the page cache, and their flush and sync),
-//! `segment.before_header`, `index.fsync` (the fsync of an index file the sealer or open writes:
-//! every one but a first-tier part's, which is not synced), `index.before_rename`, `dir.fsync`
-//! (every fsync of a directory).
+//! `segment.before_header`, `index.fsync` (each fsync of an index file: a merge's, a segment's, one
+//! rebuilt at open, a part's of a higher tier than the first, and the part files' at close; a
+//! first-tier part is written unsynced), `index.before_rename`, `dir.fsync` (every fsync of a
+//! directory).
 //! `commit.fsync` is reached on the writer for a group under 256 events and on the
 //! `lapilli-sync` thread for a larger one (`writer/syncer.rs`); one sync runs at a time, so skip
 //! counts go in commit order either way.

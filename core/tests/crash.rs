@@ -1039,32 +1039,45 @@ fn a_failed_part_fsync_writes_no_part_file_and_poisons_the_writer() {
 }
 
 /// Part files of the first tier are written without an fsync (`seal::seal_part`: their syncs
-/// cost the commits' p99); merges into the next tier, and the close, sync. With a failing
-/// `index.fsync` armed, three first-tier parts are sealed without reaching it, and the merge the
-/// fourth brings reaches it (and fails, reported: the four parts stay as they were). In a second
-/// store, a close whose short last part brings no merge reaches it too. Every event stays, and
-/// the next opens trust the part files they find.
+/// cost the commits' p99); merges into the next tier, a part of a higher tier from the start,
+/// and the close, sync. With a failing `index.fsync` armed, three first-tier parts are sealed
+/// without reaching it, and the merge the fourth brings reaches it (and fails, reported: the
+/// four parts stay as they were). A close whose short last part brings no merge syncs the part
+/// files and then their directory; a part file whose sync fails there is removed, and the next
+/// open scans its events. Every event stays, and the next opens trust what they find.
 #[test]
 fn first_tier_part_files_are_not_synced_but_merges_and_the_close_are() {
     let _serial = serial();
     let _release = ReleaseOnDrop;
     let options = Options { durability: Durability::Fsync, segment_size: 1 << 20, part_bytes: 4096, ..Options::default() };
     // Three events fill a part.
-    let event = |i: u64| Event::new("T", [format!("e:{i}")], vec![7u8; 1500]);
+    let event = |i: u64, bytes: usize| Event::new("T", [format!("e:{i}")], vec![7u8; bytes]);
     let append_until = |store: &Store, dir: &Path, i: &mut u64, done: &dyn Fn() -> bool| {
         while !done() {
-            store.append(vec![event(*i)], None).unwrap();
+            store.append(vec![event(*i, 1500)], None).unwrap();
             *i += 1;
             store.wait_for_sealing();
             assert!(*i < 100, "never came: {} part files", part_files(dir));
         }
     };
-    let reopened = |dir: &Path, events: u64| {
+    let reopened = |dir: &Path, events: u64, scans: bool| {
         let store = Store::open(dir, options.clone()).unwrap();
-        assert_eq!(store.recovery().scanned_log_bytes, 0, "{:?}", store.recovery());
+        assert_eq!(store.recovery().scanned_log_bytes > 0, scans, "{:?}", store.recovery());
         let all = store.read(&Query::all(), ReadOptions::default()).unwrap().collect_all().unwrap();
         assert_eq!(all.len() as u64, events);
         store.close().unwrap();
+    };
+    let armed_at_close = |point: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), options.clone()).unwrap();
+        let mut i = 0;
+        append_until(&store, dir.path(), &mut i, &|| part_files(dir.path()) == 1);
+        store.append(vec![event(i, 1500)], None).unwrap();
+        i += 1;
+        fault::arm(point, Fault::Errno(libc_eio()), 0);
+        store.close().unwrap();
+        assert!(!fault::is_armed(point), "the close did not reach {point}");
+        (dir, i)
     };
 
     let dir = tempfile::tempdir().unwrap();
@@ -1076,18 +1089,26 @@ fn first_tier_part_files_are_not_synced_but_merges_and_the_close_are() {
     assert_eq!(store.tail_indexed_segments(), 1, "the three parts are answered by their files");
     append_until(&store, dir.path(), &mut i, &|| !fault::is_armed("index.fsync"));
     assert_eq!(part_files(dir.path()), 4, "the failed merge left its four parts");
-    store.close().unwrap();
-    reopened(dir.path(), i);
-
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), options.clone()).unwrap();
-    let mut i = 0;
-    append_until(&store, dir.path(), &mut i, &|| part_files(dir.path()) == 1);
-    store.append(vec![event(i)], None).unwrap();
-    i += 1;
+    // One group of more than four parts' bytes makes a part of the second tier at once.
     fault::arm("index.fsync", Fault::Errno(libc_eio()), 0);
+    store.append(vec![event(i, 5 * 4096)], None).unwrap();
+    i += 1;
+    store.append(vec![event(i, 10)], None).unwrap(); // finishes the big part
+    i += 1;
+    store.wait_for_sealing();
+    assert!(!fault::is_armed("index.fsync"), "a part of the second tier was not synced");
     store.close().unwrap();
-    assert!(!fault::is_armed("index.fsync"), "the close did not sync the part files");
+    // The big part's file failed: the open scans its events.
+    reopened(dir.path(), i, true);
+
+    // The close syncs the directory after the part files.
+    let (dir, events) = armed_at_close("dir.fsync");
     assert_eq!(part_files(dir.path()), 2, "the part and the close's short one, not merged");
-    reopened(dir.path(), i);
+    reopened(dir.path(), events, false);
+
+    // A part file whose sync fails at close is removed: the next open scans its events (and
+    // those of the part after it).
+    let (dir, events) = armed_at_close("index.fsync");
+    assert_eq!(part_files(dir.path()), 1, "the part whose sync failed was removed");
+    reopened(dir.path(), events, true);
 }

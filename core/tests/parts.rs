@@ -231,6 +231,114 @@ fn first_tier_part_files_lost_to_a_power_cut_cost_a_bounded_scan() {
     }
 }
 
+/// Keeps a part file's header (its first 128 bytes: ARCHITECTURE.md, "Index file") and zeroes
+/// its body, as a power cut can leave a file whose size and first block reached the disk and
+/// whose other blocks did not.
+fn zero_body(path: &std::path::Path) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[128..].fill(0);
+    fs::write(path, &bytes).unwrap();
+}
+
+/// Appends groups of 5 until the store has `parts` part files (the part being filled then holds
+/// the group that finished the one before); returns the event count.
+fn append_until_parts(store: &Store, dir: &std::path::Path, from: u64, parts: usize) -> u64 {
+    let mut total = from;
+    while files_with(dir, "part").len() < parts {
+        append(store, total, 5);
+        total += 5;
+        store.wait_for_sealing();
+    }
+    total
+}
+
+/// What else a power cut can leave of unsynced part files, each costing a rebuild or a scan
+/// and no answer: the newest with its header and a zeroed body, as the short part an open
+/// carries on and as a full part with nothing after it; and a short part's older file back in
+/// place of its rewrite under the same name (lost), behind a later part that was not.
+#[test]
+fn a_zeroed_newest_part_or_a_lost_rewrite_of_a_carried_part_costs_no_answer() {
+    // The short part an open carries on.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    let total = append_until_parts(&store, dir.path(), 0, 2) + 3;
+    append(&store, total - 3, 3);
+    store.close().unwrap();
+    let parts = files_with(dir.path(), "part");
+    assert_eq!(parts.len(), 3, "{parts:?}");
+    zero_body(&parts[2]);
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    check_against_scan(&store, total);
+    store.close().unwrap();
+
+    // A full part with nothing after it (its last group took it past `part_bytes`, and no
+    // group came after to finish it, so the close wrote it whole): the open reads its last
+    // event's commit time.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    let total = append_until_parts(&store, dir.path(), 0, 2);
+    store.append((total..total + 60).map(event).collect(), None).unwrap();
+    let total = total + 60;
+    store.close().unwrap();
+    let parts = files_with(dir.path(), "part");
+    assert_eq!(parts.len(), 3, "{parts:?}");
+    zero_body(&parts[2]);
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    assert_eq!(store.recovery().scanned_log_bytes, 0, "{:?}", store.recovery());
+    check_against_scan(&store, total);
+    append(&store, total, 5);
+    check_against_scan(&store, total + 5);
+    store.close().unwrap();
+
+    // A lost rewrite: the short part of the first session comes back in place of the full one
+    // the second wrote under its name, with the second session's next part after it.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    let total = append_until_parts(&store, dir.path(), 0, 1) + 3;
+    append(&store, total - 3, 3);
+    store.close().unwrap();
+    let parts = files_with(dir.path(), "part");
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    let short = fs::read(&parts[1]).unwrap();
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    let mut total = total;
+    while fs::read(&parts[1]).unwrap() == short {
+        append(&store, total, 5);
+        total += 5;
+        store.wait_for_sealing();
+    }
+    store.close().unwrap(); // writes the part after it, short: three parts of the first tier
+    let now = files_with(dir.path(), "part");
+    assert_eq!(now.len(), 3, "no merge: {now:?}");
+    assert_eq!(now[1], parts[1]);
+    fs::write(&now[1], &short).unwrap();
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    assert!(store.recovery().scanned_log_bytes > 0, "{:?}", store.recovery());
+    check_against_scan(&store, total);
+    store.close().unwrap();
+}
+
+/// A part file of the first tier is not synced, so what its file holds on the disk may differ
+/// from what the sealer wrote (a failed writeback is reported to no one, and a page evicted and
+/// read again comes from the disk): such a part answers from the bytes the sealer encoded,
+/// whatever happens to its file afterwards. The file is large enough that an index would be
+/// mapped rather than copied.
+#[test]
+fn an_unsynced_part_answers_from_what_the_sealer_encoded_not_from_its_file() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options { segment_size: 8 << 20, ..options(1 << 20) }).unwrap();
+    let total = append_until_parts(&store, dir.path(), 0, 1);
+    let part = &files_with(dir.path(), "part")[0];
+    let len = fs::metadata(part).unwrap().len();
+    assert!(len > 64 << 10, "a part file of {len} bytes would be copied, not mapped");
+    check_against_scan(&store, total);
+    let file = fs::OpenOptions::new().write(true).open(part).unwrap();
+    file.write_all_at(&vec![0u8; len as usize - 128], 128).unwrap();
+    check_against_scan(&store, total);
+    store.close().unwrap();
+}
+
 /// The sealer merges parts in tiers (`PART_FAN` = 4 parts of a tier make one of the next), so
 /// part files stay few: at most 3 per tier; a crash after a merge's rename leaves the parts it
 /// covered, which open skips.

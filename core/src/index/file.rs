@@ -325,9 +325,11 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 }
 
 /// Writes `bytes` as the index file at `path` like [`write`], but syncs neither the file nor the
-/// directory: a process crash keeps it (it is in the page cache), a power cut may leave it
-/// missing, empty, or partly written. For files whose loss costs only a scan of their log and
-/// whose bytes are checked before use (a part file of the first tier: see `seal::seal_part`).
+/// directory: a process crash keeps it (it is in the page cache); a power cut may leave it
+/// missing, empty, partly written, holding blocks of other files (on file systems that do not
+/// order data before metadata), or, renamed over an older file, that older file. For files
+/// whose header and blocks are checked before use, so that each of these costs a scan or a
+/// rebuild of their log (a part file of the first tier: see `seal::seal_part`).
 pub fn write_unsynced(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let tmp = write_temporary(path, bytes, mode, Durable::Unsynced)?;
     install(&tmp, path)
@@ -960,8 +962,15 @@ impl IndexFile {
     /// An index whose bytes are in memory (rebuilt at open and not written, or rebuilt by a
     /// follower), verified whole now. `path` is where its file belongs, for messages.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>, base: u64) -> Result<IndexFile> {
+        IndexFile::part_from_bytes(path, bytes, base, &path.with_extension("log"), HEADER_LEN)
+    }
+
+    /// Like [`IndexFile::from_bytes`], for a part of a segment (see [`IndexFile::open_part`]):
+    /// a part file the sealer wrote without a sync keeps answering from the bytes it encoded,
+    /// not from the file (see `seal::seal_part`).
+    pub fn part_from_bytes(path: &Path, bytes: Vec<u8>, base: u64, log_path: &Path, log_start: usize) -> Result<IndexFile> {
         let header = Header::parse(&bytes, base)?;
-        let file = IndexFile::unverified(path, base, header, &path.with_extension("log"), HEADER_LEN);
+        let file = IndexFile::unverified(path, base, header, log_path, log_start);
         let verified = file.verify(Arc::new(FileBytes::Copied(bytes.into_boxed_slice())), Check::Whole)?;
         let _ = file.verified.set(Box::new(verified));
         Ok(file)

@@ -193,19 +193,31 @@ pub(crate) fn run(
     sync_part_files(&parts);
 }
 
-/// Fsyncs the index files of `parts` that are written, then their directory. Failures are
-/// reported: they cost the next open a scan, never an answer.
+/// Fsyncs the index files of `parts`, then their directory. Those of higher tiers were synced
+/// when merged, but a tier depends on `part_bytes`, which may have changed since a part found at
+/// open was written, and a close can afford a few more syncs. A file that fails is removed;
+/// failures are reported, and cost the next open a scan, never an answer.
 fn sync_part_files(parts: &[Arc<SegmentEntry>]) {
     let mut dir = None;
     for part in parts {
-        if !matches!(**part.index.load(), SegmentIndex::Sealed(_)) {
-            continue;
-        }
+        let index = part.index.load();
+        let SegmentIndex::Sealed(file) = &**index else { continue };
         let path = part_path(part.log.path(), part.base);
         let synced = crate::fault::io_point("index.fsync").and_then(|_| std::fs::File::open(&path)?.sync_all());
         match synced {
             Ok(()) => dir = path.parent().map(Path::to_path_buf),
-            Err(e) => crate::error::report(format_args!("lapilli: cannot sync the index {}: {e}", path.display())),
+            // After a failed fsync the disk may not hold what the page cache shows: the file
+            // goes, and the next open scans its events (and those of the parts after it).
+            // Its body is loaded first, as `seal_segment` does before it removes part files: a
+            // read begun before the close may still use it.
+            Err(e) => {
+                let removed = file.verified().is_ok() && std::fs::remove_file(&path).is_ok();
+                crate::error::report(format_args!(
+                    "lapilli: cannot sync the index {}: {e}{}",
+                    path.display(),
+                    if removed { "; removed: the next open scans its events" } else { "" }
+                ));
+            }
         }
     }
     if let Some(dir) = dir
@@ -277,29 +289,38 @@ fn merge_newest_tier(parts: &mut Vec<Arc<SegmentEntry>>, published: &Published, 
 }
 
 /// Writes the index file of a finished part. A part of the first tier is not synced: it lives
-/// until `PART_FAN` parts make one of the next tier (synced, with the directory, which makes the
-/// parts' names durable too), and then its file is removed, mostly before the kernel has written
-/// it back, so it costs the device nothing. A sync each cost the writer: the device flushed them
-/// between its commits' syncs, and W2's append p99 at 64 writers fell from 2.1 to 2.7 ms to 1.5
-/// to 1.6 ms without them (bench/README.md). What a power cut takes of them costs the next open
-/// a scan of their log and no answer: open trusts a part file only when its header and the
-/// log's commit marker at its end agree, and checks its body at first use (rebuilding a damaged
-/// one from the log). A process crash loses none of them: they are in the page cache.
+/// until `PART_FAN` parts make one of the next tier (synced, with the directory), and then its
+/// file is removed, at the rates where syncs cost most before the kernel has written it back.
+/// Each sync cost the writer: the device flushed the sealer's files between its commits' syncs,
+/// and `group_probe`'s append p99 at 64 writers fell from 2.1 to 2.7 ms to 1.5 to 1.6 ms without
+/// them (bench/README.md, "The sealer's syncs"). What a power cut takes of them costs the next
+/// open a scan or a rebuild of their log, never an answer: open trusts part files only while
+/// each header continues the one before and the log's commit marker closes the last, and a
+/// body is checked at first use (a damaged one is rebuilt from the log). A process crash loses
+/// none of them: they are in the page cache.
+///
+/// An unsynced part answers from the bytes encoded here, not from its file: no fsync reports a
+/// failed writeback of the file, after which a page evicted and read again could come back
+/// stale from the disk, past the checks its block had passed. The merge that replaces it, and
+/// the close, sync.
 fn seal_part(entry: &SegmentEntry, start: usize, end: usize, next_base: u64, mode: u32, part_bytes: u64) -> Result<()> {
     let log = entry.log.bytes()?;
     let log_path = entry.log.path();
     let bytes = encode_part(&log[..end], start, entry.base, next_base, log_path)?;
     let path = part_path(log_path, entry.base);
-    if part_tier((end - start) as u64, part_bytes) == 0 {
+    let index = if part_tier((end - start) as u64, part_bytes) == 0 {
         file::write_unsynced(&path, &bytes, mode)?;
+        IndexFile::part_from_bytes(&path, bytes, entry.base, log_path, start)?
     } else {
         file::write(&path, &bytes, mode)?;
-    }
-    let index = IndexFile::open_part(&path, entry.base, log_path, start)?;
-    // In the page cache now: verify it while that is cheap. Its tag filter is left to the first
-    // condition that needs it: parts are merged soon, and building a filter per part and per
-    // merge took a fifth of the sealer's time, which bounds how fast appends can go.
-    index.verified()?;
+        let index = IndexFile::open_part(&path, entry.base, log_path, start)?;
+        // In the page cache now: verify it while that is cheap.
+        index.verified()?;
+        index
+    };
+    // Its tag filter is left to the first condition that needs it: parts are merged soon, and
+    // building a filter per part and per merge took a fifth of the sealer's time, which bounds
+    // how fast appends can go.
     entry.index.store(Arc::new(SegmentIndex::Sealed(index)));
     Ok(())
 }
