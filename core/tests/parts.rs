@@ -203,14 +203,7 @@ fn first_tier_part_files_lost_to_a_power_cut_cost_a_bounded_scan() {
     for lose in ["the middle one missing", "the first one empty"] {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), options(4096)).unwrap();
-        let mut total = 0;
-        while files_with(dir.path(), "part").len() < 2 {
-            append(&store, total, 5);
-            total += 5;
-            store.wait_for_sealing();
-        }
-        append(&store, total, 5);
-        total += 5;
+        let total = append_until_parts(&store, dir.path(), 0, 2);
         store.close().unwrap();
         let parts = files_with(dir.path(), "part");
         assert_eq!(parts.len(), 3, "two parts and the close's short one, all of the first tier: {parts:?}");
