@@ -201,26 +201,17 @@ fn damaged_part_files_cost_a_scan_never_an_answer() {
 #[test]
 fn first_tier_part_files_lost_to_a_power_cut_cost_a_bounded_scan() {
     for lose in ["the middle one missing", "the first one empty"] {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), options(4096)).unwrap();
-        let total = append_until_parts(&store, dir.path(), 0, 2);
-        store.close().unwrap();
-        let parts = files_with(dir.path(), "part");
+        let (dir, total, parts) = closed_store_with_parts(2, 0);
         assert_eq!(parts.len(), 3, "two parts and the close's short one, all of the first tier: {parts:?}");
         match lose {
             "the middle one missing" => fs::remove_file(&parts[1]).unwrap(),
             _ => fs::File::create(&parts[0]).map(drop).unwrap(),
         }
-        let store = Store::open(dir.path(), options(4096)).unwrap();
-        let scanned = store.recovery().scanned_log_bytes;
+        let report = reopened_and_checked(dir.path(), total);
         // Each part ends with the group of 5 events that took it past 4096 bytes.
-        assert!(scanned > 0 && scanned < 3 * (4096 + 1024), "{lose}: {:?}", store.recovery());
-        check_against_scan(&store, total);
-        store.close().unwrap();
-        let store = Store::open(dir.path(), options(4096)).unwrap();
-        assert_eq!(store.recovery().scanned_log_bytes, 0, "{lose}: the close wrote the parts again");
-        check_against_scan(&store, total);
-        store.close().unwrap();
+        assert!(report.scanned_log_bytes > 0 && report.scanned_log_bytes < 3 * (4096 + 1024), "{lose}: {report:?}");
+        let report = reopened_and_checked(dir.path(), total);
+        assert_eq!(report.scanned_log_bytes, 0, "{lose}: the close wrote the parts again");
     }
 }
 
@@ -245,6 +236,28 @@ fn append_until_parts(store: &Store, dir: &std::path::Path, from: u64, parts: us
     total
 }
 
+/// A new store in parts of 4 KiB with `parts` part files and then `extra` more events, closed:
+/// its directory, its event count and its part files.
+fn closed_store_with_parts(parts: usize, extra: u64) -> (tempfile::TempDir, u64, Vec<std::path::PathBuf>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(4096)).unwrap();
+    let total = append_until_parts(&store, dir.path(), 0, parts);
+    append(&store, total, extra);
+    store.close().unwrap();
+    let files = files_with(dir.path(), "part");
+    (dir, total + extra, files)
+}
+
+/// Opens the store in `dir` (parts of 4 KiB), checks its `total` events against a scan, closes
+/// it, and returns what the open recovered.
+fn reopened_and_checked(dir: &std::path::Path, total: u64) -> lapilli_core::RecoveryReport {
+    let store = Store::open(dir, options(4096)).unwrap();
+    let report = store.recovery().clone();
+    check_against_scan(&store, total);
+    store.close().unwrap();
+    report
+}
+
 /// What else a power cut can leave of unsynced part files, each costing a rebuild or a scan
 /// and no answer: the newest with its header and a zeroed body, as the short part an open
 /// carries on and as a full part with nothing after it; and a short part's older file back in
@@ -252,17 +265,10 @@ fn append_until_parts(store: &Store, dir: &std::path::Path, from: u64, parts: us
 #[test]
 fn a_zeroed_newest_part_or_a_lost_rewrite_of_a_carried_part_costs_no_answer() {
     // The short part an open carries on.
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), options(4096)).unwrap();
-    let total = append_until_parts(&store, dir.path(), 0, 2) + 3;
-    append(&store, total - 3, 3);
-    store.close().unwrap();
-    let parts = files_with(dir.path(), "part");
+    let (dir, total, parts) = closed_store_with_parts(2, 3);
     assert_eq!(parts.len(), 3, "{parts:?}");
     zero_body(&parts[2]);
-    let store = Store::open(dir.path(), options(4096)).unwrap();
-    check_against_scan(&store, total);
-    store.close().unwrap();
+    reopened_and_checked(dir.path(), total);
 
     // A full part with nothing after it (its last group took it past `part_bytes`, and no
     // group came after to finish it, so the close wrote it whole): the open reads its last
@@ -285,16 +291,10 @@ fn a_zeroed_newest_part_or_a_lost_rewrite_of_a_carried_part_costs_no_answer() {
 
     // A lost rewrite: the short part of the first session comes back in place of the full one
     // the second wrote under its name, with the second session's next part after it.
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), options(4096)).unwrap();
-    let total = append_until_parts(&store, dir.path(), 0, 1) + 3;
-    append(&store, total - 3, 3);
-    store.close().unwrap();
-    let parts = files_with(dir.path(), "part");
+    let (dir, mut total, parts) = closed_store_with_parts(1, 3);
     assert_eq!(parts.len(), 2, "{parts:?}");
     let short = fs::read(&parts[1]).unwrap();
     let store = Store::open(dir.path(), options(4096)).unwrap();
-    let mut total = total;
     while fs::read(&parts[1]).unwrap() == short {
         append(&store, total, 5);
         total += 5;
@@ -305,10 +305,8 @@ fn a_zeroed_newest_part_or_a_lost_rewrite_of_a_carried_part_costs_no_answer() {
     assert_eq!(now.len(), 3, "no merge: {now:?}");
     assert_eq!(now[1], parts[1]);
     fs::write(&now[1], &short).unwrap();
-    let store = Store::open(dir.path(), options(4096)).unwrap();
-    assert!(store.recovery().scanned_log_bytes > 0, "{:?}", store.recovery());
-    check_against_scan(&store, total);
-    store.close().unwrap();
+    let report = reopened_and_checked(dir.path(), total);
+    assert!(report.scanned_log_bytes > 0, "{report:?}");
 }
 
 /// A part file of the first tier is not synced, so what its file holds on the disk may differ
