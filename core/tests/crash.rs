@@ -903,6 +903,120 @@ fn a_failed_write_ahead_fails_the_group_and_poisons_the_writer() {
     }
 }
 
+/// A failed write of a group's first MiBs fails the group at once: a guarded append queued in
+/// the same group behind the batch that failed is answered with the write's error, not refused
+/// with a conflict against that batch (whose events never exist). Found by the review of
+/// 2026-12-04 (late): the writer went on staging and deciding the group's later requests
+/// against the staged batches, and refused this one with "event 3 matches".
+#[test]
+fn a_failed_write_ahead_decides_no_later_request_against_the_failed_batches() {
+    let _serial = serial();
+    let _release = ReleaseOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let options = sized(16 << 20);
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    store.append(batch(3, 0), None).unwrap();
+    fault::arm("commit.fsync", Fault::Hold, 0);
+    let held = store.submit(batch(3, 1), None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fault::holding() {
+        assert!(Instant::now() < deadline, "the sync was never reached");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fault::arm("commit.write_ahead", Fault::Errno(libc_eio()), 0);
+    let large = store.submit(batch(WRITTEN_AHEAD_WRITERS, 0), None);
+    // Guarded on the large batch's own tag: it can only conflict with that batch.
+    let tag = format!("seq:{WRITTEN_AHEAD_WRITERS}:0");
+    let condition = AppendCondition::new(Query::for_tags([tag.as_str()]));
+    let guarded = store.submit(vec![Event::new("Check", ["guarded"], vec![])], Some(condition));
+    fault::release_held();
+    held.wait().unwrap();
+    assert_eq!(large.wait().unwrap_err().kind(), ErrorKind::Io);
+    assert!(!fault::is_armed("commit.write_ahead"), "the large batch was not written ahead");
+    let err = guarded.wait().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "refused for a batch that was never written: {err}");
+    assert!(err.message().contains("reopen"), "{err}");
+    store.close().unwrap();
+    let store = Store::open(dir.path(), options).unwrap();
+    assert_eq!(store.read(&Query::for_tags([tag.as_str()]), ReadOptions::default()).unwrap().count(), 0);
+    assert_eq!(store.read(&Query::for_tags(["guarded"]), ReadOptions::default()).unwrap().count(), 0);
+    store.close().unwrap();
+}
+
+/// Bytes the threads named `name` of this process have passed to write calls (`wchar` in
+/// `/proc/self/task/*/io`).
+fn thread_wchar(name: &str) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let task = task.unwrap().path();
+        if std::fs::read_to_string(task.join("comm")).unwrap_or_default().trim() != name {
+            continue;
+        }
+        let io = std::fs::read_to_string(task.join("io")).unwrap_or_default();
+        total += io.lines().filter_map(|line| line.strip_prefix("wchar: ")).map(|v| v.trim().parse::<u64>().unwrap()).sum::<u64>();
+    }
+    total
+}
+
+/// What the zeroer threads have written, once the count stops moving for 300 ms.
+fn zeroer_writes_once_idle(deadline: Instant) -> u64 {
+    let mut written = thread_wchar("lapilli-zeroer");
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = thread_wchar("lapilli-zeroer");
+        if now == written {
+            return written;
+        }
+        assert!(Instant::now() < deadline, "the zeroer never stopped writing");
+        written = now;
+    }
+}
+
+/// One large group among small ones, written ahead as it is staged: the zeroer writes no zeros
+/// where the group's own bytes go, only its window past the group's end. Found by the review
+/// of 2026-12-04 (late): told the groups were still small, the zeroer kept its 8 MiB window
+/// ahead of each early write, over the range the rest of the group was about to fill, and wrote
+/// 37 to 47 MiB of zeros (with a sync every 256 KiB) during a 47 MiB group.
+#[test]
+fn a_large_group_written_ahead_among_small_ones_is_not_zeroed_for() {
+    let _serial = serial();
+    let _release = ReleaseOnDrop;
+    let dir = common::disk_tempdir();
+    let options = Options { durability: Durability::Fsync, segment_size: 256 << 20, ..Options::default() };
+    if !common::zeroes_ahead_here(dir.path()) {
+        return;
+    }
+    let store = Store::open(dir.path(), options).unwrap();
+    // Small groups: the open's zeroer runs, and the groups' average stays small.
+    for seq in 0..200 {
+        store.append(batch(4, seq), None).unwrap();
+    }
+    // The zeroer's window ahead of the small groups, written before the large group comes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let before = zeroer_writes_once_idle(deadline);
+    fault::arm("commit.fsync", Fault::Hold, 0);
+    let held = store.submit(batch(4, 200), None);
+    while !fault::holding() {
+        assert!(Instant::now() < deadline, "the sync was never reached");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let group: Vec<_> = (0..40).map(|seq| store.submit(batch(WRITTEN_AHEAD_WRITERS, seq), None)).collect();
+    let groups_before = store.group_commits();
+    fault::release_held();
+    held.wait().unwrap();
+    for pending in group {
+        pending.wait().unwrap();
+    }
+    assert!(store.group_commits() - groups_before <= 3, "the 40 large batches were meant to be one group or two");
+    // Its window past the group's end, once it has written it (the thread is gone after the
+    // close, and its count with it).
+    let zeros = zeroer_writes_once_idle(deadline + Duration::from_secs(30)) - before;
+    store.close().unwrap();
+    // A window past the group's end (8 MiB, while the last groups were small) at most; the
+    // group itself is 40 batches of 1.1 to 1.3 MiB.
+    assert!(zeros <= 12 << 20, "the zeroer wrote {} MiB of zeros during a group of about 47 MiB", zeros >> 20);
+}
+
 /// Batches of more than a MiB from four threads: the writer writes a group's first MiBs and
 /// starts their writeback before it has staged the rest (`Writer::write_ahead`; in groups of
 /// two batches or more). Crashes just after such a write (`commit.after_write_ahead`), between

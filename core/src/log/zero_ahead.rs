@@ -102,13 +102,6 @@ impl GroupSizes {
         self.average >= LARGE_GROUP
     }
 
-    /// What [`GroupSizes::record`] would answer for a group of `bytes`, without counting it:
-    /// for the first MiBs of a group written before it is staged whole (`Writer::write_ahead`),
-    /// so that a bulk load's first group is not zeroed for either.
-    pub fn would_be_large(&self, bytes: u64) -> bool {
-        self.average_with(bytes) >= LARGE_GROUP
-    }
-
     /// The running average itself (the writer's time slice has a band of its own around it).
     pub fn average(&self) -> u64 {
         self.average

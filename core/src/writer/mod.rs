@@ -252,6 +252,16 @@ impl Writer {
             // own write follows at once.
             if requests.peek().is_some() {
                 self.write_ahead(&mut commit);
+                if commit.write_ahead_failed.is_some() {
+                    // The staged batches will never commit: fail them now (which poisons the
+                    // writer, so the rest of the group is answered with that error) rather
+                    // than decide later requests' conditions against them, which refused one
+                    // with a conflict naming an event that never existed (review of
+                    // 2026-12-04, late).
+                    let staged = commit.staged.take().map(StagedIndex::emptied);
+                    self.flush(commit, recorded_at);
+                    commit = self.empty_commit(staged);
+                }
             }
         }
         self.flush(commit, recorded_at);
@@ -277,8 +287,14 @@ impl Writer {
         if to < from + WRITE_AHEAD_BYTES {
             return;
         }
+        // Told the groups are large, whatever the running average says: a group written ahead
+        // has a MiB or more staged and more to come, and a zeroer told otherwise kept its
+        // window of zeros ahead of each early write, over the range the rest of the group was
+        // about to fill (37 to 47 MiB of zeros, and their syncs, for one 47 MiB group among
+        // small ones; review of 2026-12-04, late). Paused, it resumes past the group's end
+        // when the group's own write says the groups are small again.
         if let Some(zero_ahead) = &self.zero_ahead {
-            zero_ahead.before_write(from, to, self.group_sizes.would_be_large(commit.bytes.len() as u64));
+            zero_ahead.before_write(from, to, true);
         }
         let bytes = &commit.bytes[commit.written..(to - group_start) as usize];
         match crate::fault::io_point("commit.write_ahead").and_then(|_| self.active.write_at(bytes, from)) {
