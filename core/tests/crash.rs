@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use common::Rng;
 use lapilli_core::fault::{self, Fault};
 use lapilli_core::{
-    AppendCondition, Durability, ErrorKind, Event, Options, Planner, Position, Query, ReadOptions,
-    SequencedEvent, Store,
+    AppendCondition, Durability, ErrorKind, Event, Options, PendingAppend, Planner, Position, Query,
+    ReadOptions, SequencedEvent, Store,
 };
 
 /// Faults are process-global: tests of this file run one at a time.
@@ -842,6 +842,19 @@ fn a_short_write_poisons_the_writer_until_reopen() {
     store.close().unwrap();
 }
 
+/// Submits `events` with the next sync held (`commit.fsync`), and returns once the writer is
+/// held in that sync: what is submitted next queues up and makes one group.
+fn submit_and_hold_its_sync(store: &Store, events: Vec<Event>) -> PendingAppend {
+    fault::arm("commit.fsync", Fault::Hold, 0);
+    let held = store.submit(events, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fault::holding() {
+        assert!(Instant::now() < deadline, "the sync was never reached");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    held
+}
+
 /// A failed write of a large group's first MiBs (`Writer::write_ahead`, before the group is
 /// staged whole) fails every append of the group with `Io` and poisons the writer, as a failed
 /// write of any group does. The group is four batches of about 1.2 MiB, queued behind a held
@@ -861,13 +874,7 @@ fn a_failed_write_ahead_fails_the_group_and_poisons_the_writer() {
         let store = Store::open(dir.path(), options.clone()).unwrap();
         let first = store.append(batch(3, 0), None).unwrap();
         // Holds the writer in the next group's sync while the four batches queue up.
-        fault::arm("commit.fsync", Fault::Hold, 0);
-        let held = store.submit(batch(3, 1), None);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !fault::holding() {
-            assert!(Instant::now() < deadline, "the sync was never reached");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let held = submit_and_hold_its_sync(&store, batch(3, 1));
         fault::arm("commit.write_ahead", Fault::Errno(libc_eio()), failing);
         let group: Vec<_> = (0..4).map(|seq| store.submit(batch(WRITTEN_AHEAD_WRITERS, seq), None)).collect();
         fault::release_held();
@@ -916,13 +923,7 @@ fn a_failed_write_ahead_decides_no_later_request_against_the_failed_batches() {
     let options = sized(16 << 20);
     let store = Store::open(dir.path(), options.clone()).unwrap();
     store.append(batch(3, 0), None).unwrap();
-    fault::arm("commit.fsync", Fault::Hold, 0);
-    let held = store.submit(batch(3, 1), None);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !fault::holding() {
-        assert!(Instant::now() < deadline, "the sync was never reached");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let held = submit_and_hold_its_sync(&store, batch(3, 1));
     fault::arm("commit.write_ahead", Fault::Errno(libc_eio()), 0);
     let large = store.submit(batch(WRITTEN_AHEAD_WRITERS, 0), None);
     // Guarded on the large batch's own tag: it can only conflict with that batch.
@@ -994,12 +995,7 @@ fn a_large_group_written_ahead_among_small_ones_is_not_zeroed_for() {
     // The zeroer's window ahead of the small groups, written before the large group comes.
     let deadline = Instant::now() + Duration::from_secs(30);
     let before = zeroer_writes_once_idle(deadline);
-    fault::arm("commit.fsync", Fault::Hold, 0);
-    let held = store.submit(batch(4, 200), None);
-    while !fault::holding() {
-        assert!(Instant::now() < deadline, "the sync was never reached");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let held = submit_and_hold_its_sync(&store, batch(4, 200));
     let group: Vec<_> = (0..40).map(|seq| store.submit(batch(WRITTEN_AHEAD_WRITERS, seq), None)).collect();
     let groups_before = store.group_commits();
     fault::release_held();
