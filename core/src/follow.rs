@@ -212,10 +212,15 @@ impl Follower {
             if !index_path(path).exists() {
                 return true;
             }
+            // Published anew, as open publishes a sealed segment: its log loaded by the first
+            // read that needs it. Keeping the followed entry (only its index swapped) kept its
+            // mapping for the handle's life, one more for every segment followed, until a
+            // long-running follower of a store of small segments could map no next segment
+            // (review of 2026-12-04, late; `core/tests/mappings.rs`).
             let adopted = entry.log.bytes().and_then(|log| {
                 let index = matching_index_file(path, log.len() as u64, entry.base, *next_base)?;
-                entry.index.store(Arc::new(SegmentIndex::Sealed(index)));
-                log.advise_point_reads();
+                let sealed = Arc::new(SegmentEntry::sealed(entry.base, path.to_path_buf(), index));
+                self.published.replace_segment(entry, sealed);
                 Ok(())
             });
             if let Err(e) = adopted {

@@ -19,7 +19,7 @@ use crate::index::SegmentIndex;
 use crate::index::file::{self, IndexFile, index_path};
 use crate::log::format::{HEADER_LEN, chain_before};
 use crate::log::recovery::{Scan, ScanPoint, Stop, scan_committed, scan_committed_with_views};
-use crate::log::segment::{COPY_UP_TO_BYTES, FileBytes, check_header};
+use crate::log::segment::check_header;
 use crate::read::{Published, SegmentEntry};
 use std::sync::atomic::Ordering;
 
@@ -346,16 +346,14 @@ fn seal_segment(parts: &[Arc<SegmentEntry>], next_base: u64, published: &Publish
         None => build(log, base, next_base, log_path, mode)?,
     };
     index.verified()?.tag_filter();
-    // A segment small enough for open to copy is copied here too, from the page cache: the
-    // writer's mapping of it was otherwise kept for the handle's life, one more mapping at every
+    // Published as open publishes a sealed segment: its log loaded by the first read that
+    // needs it (a copy if it is small, else a mapping). The writer's mapping goes with the last
+    // reader of the parts; it was kept for the handle's life, one more mapping at every
     // roll-over, until a long-running writer with small segments met `vm.max_map_count` and
-    // could prepare no next segment (review of 2026-12-04, late; `core/tests/mappings.rs`).
-    let mapped = first.log.shared().expect("loaded above");
-    let bytes = match log.len() as u64 <= COPY_UP_TO_BYTES {
-        true => FileBytes::load_sealed(log_path).map(Arc::new).unwrap_or(mapped),
-        false => mapped,
-    };
-    let entry = Arc::new(SegmentEntry::loaded(base, log_path.to_path_buf(), bytes, SegmentIndex::Sealed(index)));
+    // could map no next segment (review of 2026-12-04, late; `core/tests/mappings.rs`). Copied
+    // at once instead, the small segments' bytes grew the heap with every roll-over, read or
+    // not (the second review).
+    let entry = Arc::new(SegmentEntry::sealed(base, log_path.to_path_buf(), index));
     published.replace_parts(parts, entry);
     log.advise_point_reads();
     for part in parts {
