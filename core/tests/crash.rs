@@ -1013,6 +1013,87 @@ fn a_large_group_written_ahead_among_small_ones_is_not_zeroed_for() {
     assert!(zeros <= 12 << 20, "the zeroer wrote {} MiB of zeros during a group of about 47 MiB", zeros >> 20);
 }
 
+fn part_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".part"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The active segment's last part, carried back to the writer by an open with a larger
+/// `part_bytes` (its file is then not in the sealer's list), is handed to the sealer again by
+/// the close, rewritten and synced, even when nothing was appended: after a clean close an open
+/// scans nothing. A review of 2026-12-04 (late) suspected it stayed unsynced; the second one
+/// showed it does not (the close's second part sync is the carried part's, and failing it
+/// removes that file).
+#[test]
+fn a_carried_part_is_synced_by_a_clean_close_with_nothing_appended() {
+    let _serial = serial();
+    let _release = ReleaseOnDrop;
+    let small = Options { durability: Durability::Fsync, segment_size: 1 << 20, part_bytes: 4096, ..Options::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small.clone()).unwrap();
+    for i in 0..4u64 {
+        store.append(vec![Event::new("T", [format!("e:{i}")], vec![7u8; 1500])], None).unwrap();
+    }
+    store.close().unwrap();
+    let names = part_names(dir.path());
+    assert_eq!(names.len(), 2, "{names:?}");
+    let raised = Options { part_bytes: 1 << 20, ..small };
+    let store = Store::open(dir.path(), raised.clone()).unwrap();
+    // The sealer's list holds the first part (the close's first part sync); the carried part,
+    // handed over by the close, is the second.
+    fault::arm("index.fsync", Fault::Errno(libc_eio()), 1);
+    store.close().unwrap();
+    assert!(!fault::is_armed("index.fsync"), "the close synced fewer than two part files");
+    assert_eq!(part_names(dir.path()), names[..1].to_vec(), "the carried part's file was the second one synced");
+    let store = Store::open(dir.path(), raised).unwrap();
+    assert!(store.recovery().scanned_log_bytes > 0, "the removed part's events are scanned");
+    assert_eq!(store.read(&Query::all(), ReadOptions::default()).unwrap().count(), 4);
+    store.close().unwrap();
+}
+
+/// A large group among small ones that rolls over, in its middle, into a prepared segment,
+/// whose zeroer starts at its first group (a write ahead): no zeros where the group's bytes go,
+/// and zeroing resumes once the groups are small again. From the second review of 2026-12-04
+/// (late).
+#[test]
+fn a_large_group_rolling_over_in_its_middle_is_not_zeroed_for_and_zeroing_resumes() {
+    let _serial = serial();
+    let _release = ReleaseOnDrop;
+    let dir = common::disk_tempdir();
+    if !common::zeroes_ahead_here(dir.path()) {
+        return;
+    }
+    let options = Options { durability: Durability::Fsync, segment_size: 24 << 20, ..Options::default() };
+    let store = Store::open(dir.path(), options).unwrap();
+    for seq in 0..200 {
+        store.append(batch(4, seq), None).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let before = zeroer_writes_once_idle(deadline);
+    let held = submit_and_hold_its_sync(&store, batch(4, 200));
+    let group: Vec<_> = (0..30).map(|seq| store.submit(batch(WRITTEN_AHEAD_WRITERS, seq), None)).collect();
+    fault::release_held();
+    held.wait().unwrap();
+    for pending in group {
+        pending.wait().unwrap();
+    }
+    assert!(common::segment_bases(dir.path()).len() >= 2, "the group did not roll over");
+    let zeros = zeroer_writes_once_idle(deadline + Duration::from_secs(30)) - before;
+    // Small groups again: the new segment's zeroer resumes.
+    for seq in 201..230 {
+        store.append(batch(4, seq), None).unwrap();
+    }
+    let resumed = zeroer_writes_once_idle(deadline + Duration::from_secs(60)) - before - zeros;
+    store.close().unwrap();
+    assert!(zeros <= 12 << 20, "the zeroer wrote {} MiB of zeros during a group of about 35 MiB", zeros >> 20);
+    assert!(zeros + resumed >= 4 << 20, "the zeroer never resumed: {} KiB", (zeros + resumed) >> 10);
+}
+
 /// Batches of more than a MiB from four threads: the writer writes a group's first MiBs and
 /// starts their writeback before it has staged the rest (`Writer::write_ahead`; in groups of
 /// two batches or more). Crashes just after such a write (`commit.after_write_ahead`), between
