@@ -200,8 +200,9 @@ impl Follower {
         }
     }
 
-    /// Swaps in the index file of each segment moved past, once the writer has published it,
-    /// and drops its tail index (a reader that pinned it keeps it until done). Checking is one
+    /// Publishes each segment moved past anew, as a sealed segment with the index file the
+    /// writer wrote for it, once that file exists, in place of the followed entry with its tail
+    /// index and mapping (a reader that pinned them keeps them until done). Checking is one
     /// `stat` a poll for each segment still waiting, usually none or one: the writer writes the
     /// file under a temporary name and renames it into place, so once the name exists the file
     /// is whole; it is still verified as open verifies it. One that does not verify is left

@@ -355,7 +355,6 @@ fn seal_segment(parts: &[Arc<SegmentEntry>], next_base: u64, published: &Publish
     // not (the second review).
     let entry = Arc::new(SegmentEntry::sealed(base, log_path.to_path_buf(), index));
     published.replace_parts(parts, entry);
-    log.advise_point_reads();
     for part in parts {
         // A read that took its snapshot before holds the part's entry, and an index file's body
         // is loaded on first use, by path: a part found at open and not used since (the index

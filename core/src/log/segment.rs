@@ -196,9 +196,10 @@ fn is_resident(map: &Mmap, offset: usize) -> bool {
     rc == 0 && resident & 1 == 1
 }
 
-/// A segment's log as readers see it: mapped from the start for a segment this handle writes or
-/// follows; for one that was sealed when the store was opened, loaded by the first read that
-/// needs its bytes, so open touches no sealed log.
+/// A segment's log as readers see it: mapped from the start for the segment this handle writes
+/// or follows; for a sealed one (sealed when the store was opened, or since: the sealer and a
+/// follower publish it anew), loaded by the first read that needs its bytes, so open touches no
+/// sealed log and a handle keeps nothing of a sealed segment no read has needed.
 pub struct SegmentLog {
     path: PathBuf,
     /// Shared by the entries of one segment's parts (see `index::seal`): one mapping

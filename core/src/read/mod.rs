@@ -113,7 +113,8 @@ impl Published {
     }
 
     /// Puts `new` where `old` is in the segment list (a follower's new mapping of a grown
-    /// segment). A snapshot taken before keeps the old entry.
+    /// segment, or its entry for a segment sealed behind it). A snapshot taken before keeps the
+    /// old entry.
     pub fn replace_segment(&self, old: &Arc<SegmentEntry>, new: Arc<SegmentEntry>) {
         let _changing = self.list_changes.lock().unwrap_or_else(|p| p.into_inner());
         let list: Vec<Arc<SegmentEntry>> =
