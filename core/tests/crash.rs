@@ -359,6 +359,14 @@ fn kill_loop() {
     assert!(segments > 3, "kills must also land around roll-overs and sealing");
 }
 
+/// Cycles of the crash tests of the writer's newer paths (groups indexed during their sync,
+/// zeros ahead of the commits, groups written ahead of their staging): `default` in the test
+/// command, `LAPILLI_CRASH_WRITER_CYCLES` in the long run (`scripts/crash-long-writer.sh`,
+/// results in `tests/CRASH.md`).
+fn writer_path_cycles(default: u32) -> u32 {
+    std::env::var("LAPILLI_CRASH_WRITER_CYCLES").ok().map_or(default, |c| c.parse().unwrap())
+}
+
 /// Kills while the writer indexes groups of 256 events or more as the sync thread syncs them:
 /// the kill loop's invariants, with batches of 260 to 300 events from four threads, segments of
 /// 256 KiB and 1 MiB (changed between opens), and parts of a few groups.
@@ -370,7 +378,7 @@ fn kills_while_large_groups_are_indexed_during_their_sync() {
     let sizes = [262144u64, 1 << 20];
     let mut all_acks = Vec::new();
     let mut overlapped = 0;
-    for cycle in 0..8 {
+    for cycle in 0..writer_path_cycles(8) {
         let running = start_sized_child(dir.path(), LARGE_BATCH_WRITERS + cycle * 10, None, *rng.pick(&sizes));
         running.wait_for_acks(4, Duration::from_secs(60));
         std::thread::sleep(Duration::from_millis(rng.range(0, 80)));
@@ -379,6 +387,7 @@ fn kills_while_large_groups_are_indexed_during_their_sync() {
         overlapped += counted.load(std::sync::atomic::Ordering::Relaxed);
         verify_sized(dir.path(), &all_acks, *rng.pick(&sizes));
     }
+    println!("large groups: {} kills, {} acknowledged batches checked after the last, {overlapped} groups indexed during their sync", writer_path_cycles(8), all_acks.len());
     assert!(overlapped > 0, "no child indexed a group during its sync: the kills proved nothing about it");
 }
 
@@ -450,7 +459,8 @@ fn crashes_while_zeros_are_written_ahead_of_the_commits() {
     }
     const LARGE: u64 = 32 << 20;
     let mut rng = Rng::new(11);
-    for cycle in 0..6u32 {
+    let mut zero_ahead_acks = 0;
+    for cycle in 0..writer_path_cycles(6) {
         let store = dir.path().join(format!("store-{cycle}"));
         let step = rng.range(0, 24);
         let acks = match cycle % 3 {
@@ -469,6 +479,7 @@ fn crashes_while_zeros_are_written_ahead_of_the_commits() {
             }
         };
         verify_sized(&store, &acks, LARGE);
+        zero_ahead_acks += acks.len();
         if cycle % 3 == 2 {
             // Past the last committed byte, the zeros reach well beyond the lead the zeroer
             // leaves when it starts after the writer.
@@ -476,6 +487,7 @@ fn crashes_while_zeros_are_written_ahead_of_the_commits() {
             assert!(hole > last_data + (256 << 10), "no zeros ahead of the commits: data ends at {last_data}, a hole at {hole}");
         }
     }
+    println!("zeros ahead: {} stores crashed or killed, {zero_ahead_acks} acknowledged batches checked", writer_path_cycles(6));
 }
 
 /// A zeroer whose copy or sync fails stops; the writer goes on committing (into blocks not
@@ -1108,8 +1120,9 @@ fn crashes_while_large_groups_are_written_ahead_of_their_staging() {
     let dir = tempfile::tempdir().unwrap();
     const SIZE: u64 = 4 << 20;
     let mut segments = 0;
+    let mut written_ahead_acks = 0;
     let mut rng = Rng::new(29);
-    for cycle in 0..6u32 {
+    for cycle in 0..writer_path_cycles(6) {
         let store_dir = dir.path().join(format!("store-{cycle}"));
         let writers = WRITTEN_AHEAD_WRITERS + cycle * 10;
         let acks = match cycle % 3 {
@@ -1134,8 +1147,10 @@ fn crashes_while_large_groups_are_written_ahead_of_their_staging() {
             store.close().unwrap();
         }
         verify_sized(&store_dir, &acks, SIZE);
+        written_ahead_acks += acks.len();
         segments += count_segments(&store_dir);
     }
+    println!("written ahead: {} stores crashed or killed, {written_ahead_acks} acknowledged batches checked, {segments} segments", writer_path_cycles(6));
     assert!(segments > 12, "the groups seldom rolled over: {segments} segments in 6 stores");
 }
 
