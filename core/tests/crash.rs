@@ -985,6 +985,39 @@ fn zeroer_writes_once_idle(deadline: Instant) -> u64 {
     }
 }
 
+/// What the zeroer wrote around one large group that came after small ones.
+struct LargeGroup {
+    /// Bytes the zeroer threads had written before the large group (its window ahead of the
+    /// small groups included).
+    zeros_before: u64,
+    /// Bytes they wrote from then until they were idle again (the thread of a segment closed
+    /// since takes its count with it).
+    zeros: u64,
+    /// Group commits from the large batches' submission to their last answer.
+    groups: u64,
+}
+
+/// 200 small groups (the zeroer runs, and the groups' average stays small), then, once the
+/// zeroer is idle, `large` batches of over a MiB each queued behind one small batch held in its
+/// sync, so that they commit as one large group (or two) when it is released.
+fn zeros_during_a_large_group_after_small_ones(store: &Store, large: u32, deadline: Instant) -> LargeGroup {
+    for seq in 0..200 {
+        store.append(batch(4, seq), None).unwrap();
+    }
+    let zeros_before = zeroer_writes_once_idle(deadline);
+    let held = submit_and_hold_its_sync(store, batch(4, 200));
+    let group: Vec<_> = (0..large).map(|seq| store.submit(batch(WRITTEN_AHEAD_WRITERS, seq), None)).collect();
+    let groups_before = store.group_commits();
+    fault::release_held();
+    held.wait().unwrap();
+    for pending in group {
+        pending.wait().unwrap();
+    }
+    let groups = store.group_commits() - groups_before;
+    let zeros = zeroer_writes_once_idle(deadline + Duration::from_secs(30)) - zeros_before;
+    LargeGroup { zeros_before, zeros, groups }
+}
+
 /// One large group among small ones, written ahead as it is staged: the zeroer writes no zeros
 /// where the group's own bytes go, only its window past the group's end. Found by the review
 /// of 2026-12-04 (late): told the groups were still small, the zeroer kept its 8 MiB window
@@ -1000,25 +1033,10 @@ fn a_large_group_written_ahead_among_small_ones_is_not_zeroed_for() {
         return;
     }
     let store = Store::open(dir.path(), options).unwrap();
-    // Small groups: the open's zeroer runs, and the groups' average stays small.
-    for seq in 0..200 {
-        store.append(batch(4, seq), None).unwrap();
-    }
-    // The zeroer's window ahead of the small groups, written before the large group comes.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let before = zeroer_writes_once_idle(deadline);
-    let held = submit_and_hold_its_sync(&store, batch(4, 200));
-    let group: Vec<_> = (0..40).map(|seq| store.submit(batch(WRITTEN_AHEAD_WRITERS, seq), None)).collect();
-    let groups_before = store.group_commits();
-    fault::release_held();
-    held.wait().unwrap();
-    for pending in group {
-        pending.wait().unwrap();
-    }
-    assert!(store.group_commits() - groups_before <= 3, "the 40 large batches were meant to be one group or two");
-    // Its window past the group's end, once it has written it (the thread is gone after the
-    // close, and its count with it).
-    let zeros = zeroer_writes_once_idle(deadline + Duration::from_secs(30)) - before;
+    let large = zeros_during_a_large_group_after_small_ones(&store, 40, deadline);
+    assert!(large.groups <= 3, "the 40 large batches were meant to be one group or two");
+    let zeros = large.zeros;
     store.close().unwrap();
     // A window past the group's end (8 MiB, while the last groups were small) at most; the
     // group itself is 40 batches of 1.1 to 1.3 MiB.
@@ -1082,20 +1100,9 @@ fn a_large_group_rolling_over_in_its_middle_is_not_zeroed_for_and_zeroing_resume
     }
     let options = Options { durability: Durability::Fsync, segment_size: 24 << 20, ..Options::default() };
     let store = Store::open(dir.path(), options).unwrap();
-    for seq in 0..200 {
-        store.append(batch(4, seq), None).unwrap();
-    }
     let deadline = Instant::now() + Duration::from_secs(60);
-    let before = zeroer_writes_once_idle(deadline);
-    let held = submit_and_hold_its_sync(&store, batch(4, 200));
-    let group: Vec<_> = (0..30).map(|seq| store.submit(batch(WRITTEN_AHEAD_WRITERS, seq), None)).collect();
-    fault::release_held();
-    held.wait().unwrap();
-    for pending in group {
-        pending.wait().unwrap();
-    }
+    let LargeGroup { zeros_before: before, zeros, .. } = zeros_during_a_large_group_after_small_ones(&store, 30, deadline);
     assert!(common::segment_bases(dir.path()).len() >= 2, "the group did not roll over");
-    let zeros = zeroer_writes_once_idle(deadline + Duration::from_secs(30)) - before;
     // Small groups again: the new segment's zeroer resumes.
     for seq in 201..230 {
         store.append(batch(4, seq), None).unwrap();
