@@ -6,9 +6,11 @@
 //! function call). Run on the writer, each one would delay the next group commit, and the writer
 //! would depend on the foreign runtime's health. The writer instead hands the whole group's jobs
 //! over in one push at the end of the group, and this thread runs them in the order the writer
-//! answered them. Blocking waiters (`PendingAppend::wait`, `Subscription::next_batch`) are still
-//! woken by the writer itself through their condition variables: a futex wake costs less than
-//! the hop, and a callback that blocks on an append (on this thread) must not wait for itself.
+//! answered them. Blocking waiters are still woken by the writer itself, without the hop: an
+//! append's (`PendingAppend::wait`) with one futex wake for the whole group (`writer/answers.rs`),
+//! a subscription's (`Subscription::next_batch`) through its condition variable. A wake costs
+//! less than the hop, and a callback that blocks on an append (on this thread) must not wait
+//! for itself.
 //!
 //! One per store handle, writable or read-only, started at open and stopped (after its queue is
 //! drained) by `close`; after that, jobs run on the thread that produces them, which is never
@@ -45,6 +47,8 @@ pub(crate) struct Completions {
     queue: Mutex<Option<Sender<Vec<Job>>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     thread_id: ThreadId,
+    /// Where the store's blocking append waiters sleep (`answers.rs`).
+    pub(crate) answers: crate::writer::answers::Answers,
 }
 
 thread_local! {
@@ -70,6 +74,7 @@ impl Completions {
             queue: Mutex::new(Some(queue)),
             thread_id: thread.thread().id(),
             thread: Mutex::new(Some(thread)),
+            answers: crate::writer::answers::Answers::default(),
         }))
     }
 
@@ -136,8 +141,17 @@ pub(crate) fn run_or_defer(job: Job) {
     }
 }
 
+/// Whether this thread defers the jobs and wake-ups of `completions` (it is that store's writer).
+pub(crate) fn defers_for(completions: &Arc<Completions>) -> bool {
+    DEFERRED.with(|d| d.borrow().as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, completions)))
+}
+
 /// Hands what the writer collected during one group to the completion thread, in one push.
 pub(crate) fn flush_deferred() {
+    let store = DEFERRED.with(|d| d.borrow().as_ref().map(|(c, _)| c.clone()));
+    if let Some(completions) = store {
+        completions.answers.wake_pending();
+    }
     let flushed = DEFERRED.with(|d| {
         d.borrow_mut().as_mut().and_then(|(completions, pending)| {
             (!pending.is_empty()).then(|| (completions.clone(), std::mem::take(pending)))

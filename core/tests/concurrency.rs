@@ -268,3 +268,96 @@ fn submitted_appends_share_groups_and_resolve_as_futures() {
     // A future of a refused append is ready at once.
     assert!(block_on(store.submit(vec![], None)).is_err());
 }
+
+/// Runs `work` on a thread of its own and fails if it has not finished in `limit`: a blocked
+/// waiter that is never woken hangs instead of failing, so the hang is turned into a failure.
+fn finishes_within<T: Send + 'static>(limit: std::time::Duration, what: &str, work: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, finished) = std::sync::mpsc::channel();
+    thread::spawn(move || done.send(work()).unwrap());
+    finished.recv_timeout(limit).unwrap_or_else(|_| panic!("{what}: not finished in {limit:?}; a blocked waiter was never woken"))
+}
+
+// Blocking waiters sleep on one word of the store with a bit per thread, woken once per group
+// (`writer/answers.rs`); 32 bits, so from the 33rd thread on, threads share bits and wake for
+// answers that are not theirs.
+
+#[test]
+fn blocked_callers_sharing_wake_bits_all_get_their_own_answers() {
+    const THREADS: usize = 80;
+    const APPENDS: usize = 60;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), Options { durability: Durability::Fsync, ..buffered(1 << 20) }).unwrap());
+    let answered = {
+        let store = store.clone();
+        finishes_within(std::time::Duration::from_secs(60), "80 blocking callers", move || {
+            race(&store, THREADS, |store, t| {
+                (0..APPENDS)
+                    .map(|n| {
+                        let payload = format!("{t}/{n}").into_bytes();
+                        let result = store.append(vec![Event::new("E", [format!("t:{t}")], payload.clone())], None).unwrap();
+                        (result.first, payload)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+    };
+    assert_eq!(store.head().unwrap().get(), (THREADS * APPENDS) as u64);
+    // Each answer names the position of the caller's own event, never a neighbour's.
+    let all = common::read_all(&store, &Query::all());
+    for (t, answers) in answered.iter().enumerate() {
+        assert!(answers.windows(2).all(|w| w[0].0 < w[1].0), "thread {t}: positions not increasing");
+        for (position, payload) in answers {
+            let held = &all[position.get() as usize - 1];
+            assert_eq!(held.position, *position);
+            assert_eq!(&held.data, payload, "thread {t} was answered with position {position:?}, which holds another event");
+        }
+    }
+    assert!(store.group_commits() * 2 <= (THREADS * APPENDS) as u64, "callers should have shared groups");
+}
+
+#[test]
+fn an_append_waited_on_by_another_thread_is_woken() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), Options { durability: Durability::Fsync, ..buffered(1 << 20) }).unwrap());
+    finishes_within(std::time::Duration::from_secs(60), "appends handed to other threads", move || {
+        for round in 0..50u64 {
+            // Submitted here, waited on by threads that did not submit them (the sleeper's bit is
+            // the waiting thread's), some of them before their group is written.
+            let pending: Vec<_> = (0..8u64).map(|i| store.submit(vec![Event::new("E", ["t"], vec![i as u8])], None)).collect();
+            let waiters: Vec<_> = pending.into_iter().map(|p| thread::spawn(move || p.wait().unwrap().first.get())).collect();
+            let mut firsts: Vec<u64> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+            firsts.sort_unstable();
+            assert_eq!(firsts, (round * 8 + 1..=round * 8 + 8).collect::<Vec<_>>());
+        }
+    });
+}
+
+#[test]
+fn a_waiter_whose_answer_came_before_it_waited_does_not_sleep() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), buffered(1 << 20)).unwrap());
+    finishes_within(std::time::Duration::from_secs(60), "waits after the answer", move || {
+        let pending = store.submit(vec![Event::new("E", ["t"], vec![])], None);
+        // Committed before anyone waits: nothing was woken, and the wait must not sleep for it.
+        while store.head().unwrap().get() < 1 {
+            thread::yield_now();
+        }
+        assert_eq!(pending.wait().unwrap().first.get(), 1);
+        // Refused before the queue (answered on this thread): the same.
+        assert_eq!(store.submit(vec![], None).wait().unwrap_err().kind(), ErrorKind::InvalidArgument);
+        // Closed with appends blocked in `wait` on other threads: each gets an answer.
+        let blocked: Vec<_> = (0..40)
+            .map(|i| {
+                let store = store.clone();
+                thread::spawn(move || store.append(vec![Event::new("E", [format!("c:{i}")], vec![])], None).map(|r| r.first.get()))
+            })
+            .collect();
+        store.close().unwrap();
+        for b in blocked {
+            match b.join().unwrap() {
+                Ok(first) => assert!(first > 1),
+                Err(e) => assert_eq!(e.kind(), ErrorKind::Closed),
+            }
+        }
+    });
+}

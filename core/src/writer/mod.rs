@@ -2,6 +2,7 @@
 //! decides each request's condition in order, and commits the group with one write and one
 //! fsync.
 
+pub(crate) mod answers;
 pub(crate) mod condition;
 pub(crate) mod reply;
 pub(crate) mod slice;
@@ -238,6 +239,8 @@ impl Writer {
                 // A batch never spans segments: commit what is staged, then roll over.
                 let staged = commit.staged.take().map(StagedIndex::emptied);
                 self.flush(commit, recorded_at);
+                // What is committed is answered before the roll-over's syncs, not after them.
+                crate::completion::flush_deferred();
                 let rolled = self.roll_over();
                 // Chain the next records from the new segment's header (or, if the roll-over
                 // failed, from what the old segment really holds now).
@@ -512,6 +515,9 @@ impl Writer {
             reply.send(Ok(result));
         }
         if self.active.end - self.part_start as u64 >= self.part_bytes {
+            // Answered before the part's sync (`buffered` durability) and its hand-over, which
+            // can wait for the sealer: blocked callers are woken, and callbacks handed over, now.
+            crate::completion::flush_deferred();
             self.finish_part();
         }
     }

@@ -1,11 +1,12 @@
 //! The one-shot answer to an append: the writer fills it, the caller waits on it (blocking with
 //! [`PendingAppend::wait`]), `.await`s it, or registers a callback ([`PendingAppend::on_complete`]).
 //! Wakers and callbacks run on the store's completion thread (`completion.rs`), never on the
-//! writer; a blocking waiter is woken by the writer directly.
+//! writer; a blocking waiter is woken by the writer directly, once per group for all of the
+//! group's blocked callers (`answers.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crate::completion::{Completions, Job, run_or_defer};
@@ -20,11 +21,12 @@ struct SlotState {
     waker: Option<Waker>,
     /// Set by `on_complete`; takes the result instead of `result`.
     callback: Option<Callback>,
+    /// The bit of the thread blocked in `wait` on it (`answers.rs`), 0 while none is.
+    sleeper_bit: u32,
 }
 
 struct Slot {
     state: Mutex<SlotState>,
-    answered: Condvar,
     /// Where a callback registered after the answer runs.
     completions: Arc<Completions>,
 }
@@ -52,17 +54,22 @@ impl Drop for Reply {
 }
 
 fn fill(slot: &Slot, result: Result<AppendResult>) {
-    let job = {
+    let (job, sleeper_bit) = {
         let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
-        match state.callback.take() {
+        let job = match state.callback.take() {
             Some(callback) => Some(Job::Run(Box::new(move || callback(result)))),
             None => {
                 state.result = Some(result);
                 state.waker.take().map(Job::Wake)
             }
-        }
+        };
+        (job, state.sleeper_bit)
     };
-    slot.answered.notify_all();
+    // Nobody blocked in `wait` (yet): nothing to wake; a later `wait` finds the answer.
+    if sleeper_bit != 0 {
+        let on_the_writer = crate::completion::defers_for(&slot.completions);
+        slot.completions.answers.answered(sleeper_bit, on_the_writer);
+    }
     if let Some(job) = job {
         run_or_defer(job);
     }
@@ -79,7 +86,6 @@ impl PendingAppend {
     pub(crate) fn new(completions: &Arc<Completions>) -> (PendingAppend, Reply) {
         let slot = Arc::new(Slot {
             state: Mutex::default(),
-            answered: Condvar::new(),
             completions: completions.clone(),
         });
         (PendingAppend { slot: slot.clone() }, Reply { slot: Some(slot) })
@@ -92,12 +98,19 @@ impl PendingAppend {
     }
 
     pub fn wait(self) -> Result<AppendResult> {
-        let mut state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+        let answers = &self.slot.completions.answers;
+        let bit = crate::writer::answers::this_threads_bit();
         loop {
-            if let Some(result) = state.result.take() {
-                return result;
+            // Read before looking: a fill after the look moves it, so the sleep below returns.
+            let epoch = answers.epoch();
+            {
+                let mut state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(result) = state.result.take() {
+                    return result;
+                }
+                state.sleeper_bit = bit;
             }
-            state = self.slot.answered.wait(state).unwrap_or_else(|p| p.into_inner());
+            answers.sleep(epoch, bit);
         }
     }
 
