@@ -7,7 +7,7 @@
 //! would depend on the foreign runtime's health. The writer instead hands the whole group's jobs
 //! over in one push at the end of the group, and this thread runs them in the order the writer
 //! answered them. Blocking waiters are still woken by the writer itself, without the hop: an
-//! append's (`PendingAppend::wait`) with one futex wake for the whole group (`writer/answers.rs`),
+//! append's (`PendingAppend::wait`) with one futex wake for the group (`writer/answers.rs`),
 //! a subscription's (`Subscription::next_batch`) through its condition variable. A wake costs
 //! less than the hop, and a callback that blocks on an append (on this thread) must not wait
 //! for itself.

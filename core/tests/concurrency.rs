@@ -277,19 +277,19 @@ fn finishes_within<T: Send + 'static>(limit: std::time::Duration, what: &str, wo
     finished.recv_timeout(limit).unwrap_or_else(|_| panic!("{what}: not finished in {limit:?}; a blocked waiter was never woken"))
 }
 
-// Blocking waiters sleep on one word of the store with a bit per thread, woken once per group
-// (`writer/answers.rs`); 32 bits, so from the 33rd thread on, threads share bits and wake for
-// answers that are not theirs.
+// Blocked waiters sleep on the store's answer words with a bit per thread, woken once per group
+// (`writer/answers.rs`); there are 256 bits, so past 256 living threads that have waited, a
+// thread waits on its own slot's condition variable instead. Both kinds share groups here.
 
 #[test]
-fn blocked_callers_sharing_wake_bits_all_get_their_own_answers() {
-    const THREADS: usize = 80;
-    const APPENDS: usize = 60;
+fn blocked_callers_with_and_without_answer_bits_all_get_their_own_answers() {
+    const THREADS: usize = 300;
+    const APPENDS: usize = 20;
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), Options { durability: Durability::Fsync, ..buffered(1 << 20) }).unwrap());
     let answered = {
         let store = store.clone();
-        finishes_within(std::time::Duration::from_secs(60), "80 blocking callers", move || {
+        finishes_within(std::time::Duration::from_secs(60), "300 blocking callers", move || {
             race(&store, THREADS, |store, t| {
                 (0..APPENDS)
                     .map(|n| {

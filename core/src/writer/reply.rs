@@ -2,14 +2,15 @@
 //! [`PendingAppend::wait`]), `.await`s it, or registers a callback ([`PendingAppend::on_complete`]).
 //! Wakers and callbacks run on the store's completion thread (`completion.rs`), never on the
 //! writer; a blocking waiter is woken by the writer directly, once per group for all of the
-//! group's blocked callers (`answers.rs`).
+//! group's blocked callers (`answers.rs`), or on its own where its thread has no bit.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crate::completion::{Completions, Job, run_or_defer};
+use crate::writer::answers::Bit;
 use crate::error::{Error, Result};
 use crate::append::AppendResult;
 
@@ -21,12 +22,23 @@ struct SlotState {
     waker: Option<Waker>,
     /// Set by `on_complete`; takes the result instead of `result`.
     callback: Option<Callback>,
-    /// The bit of the thread blocked in `wait` on it (`answers.rs`), 0 while none is.
-    sleeper_bit: u32,
+    /// Who is blocked in `wait` on it, and how to wake them.
+    sleeper: Sleeper,
+}
+
+#[derive(Clone, Copy, Default)]
+enum Sleeper {
+    #[default]
+    None,
+    /// On the store's answer word, with this bit (`answers.rs`).
+    Bit(Bit),
+    /// On the slot's condition variable (no bit was free for its thread, or not on Linux).
+    Condvar,
 }
 
 struct Slot {
     state: Mutex<SlotState>,
+    answered: Condvar,
     /// Where a callback registered after the answer runs.
     completions: Arc<Completions>,
 }
@@ -54,7 +66,7 @@ impl Drop for Reply {
 }
 
 fn fill(slot: &Slot, result: Result<AppendResult>) {
-    let (job, sleeper_bit) = {
+    let (job, sleeper) = {
         let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
         let job = match state.callback.take() {
             Some(callback) => Some(Job::Run(Box::new(move || callback(result)))),
@@ -63,12 +75,16 @@ fn fill(slot: &Slot, result: Result<AppendResult>) {
                 state.waker.take().map(Job::Wake)
             }
         };
-        (job, state.sleeper_bit)
+        (job, state.sleeper)
     };
-    // Nobody blocked in `wait` (yet): nothing to wake; a later `wait` finds the answer.
-    if sleeper_bit != 0 {
-        let on_the_writer = crate::completion::defers_for(&slot.completions);
-        slot.completions.answers.answered(sleeper_bit, on_the_writer);
+    match sleeper {
+        // Nobody blocked in `wait` (yet): a later `wait` finds the answer.
+        Sleeper::None => {}
+        Sleeper::Bit(bit) => {
+            let on_the_writer = crate::completion::defers_for(&slot.completions);
+            slot.completions.answers.answered(bit, on_the_writer);
+        }
+        Sleeper::Condvar => slot.answered.notify_all(),
     }
     if let Some(job) = job {
         run_or_defer(job);
@@ -86,6 +102,7 @@ impl PendingAppend {
     pub(crate) fn new(completions: &Arc<Completions>) -> (PendingAppend, Reply) {
         let slot = Arc::new(Slot {
             state: Mutex::default(),
+            answered: Condvar::new(),
             completions: completions.clone(),
         });
         (PendingAppend { slot: slot.clone() }, Reply { slot: Some(slot) })
@@ -99,18 +116,27 @@ impl PendingAppend {
 
     pub fn wait(self) -> Result<AppendResult> {
         let answers = &self.slot.completions.answers;
-        let bit = crate::writer::answers::this_threads_bit();
+        let Some(bit) = crate::writer::answers::this_threads_bit() else {
+            let mut state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if let Some(result) = state.result.take() {
+                    return result;
+                }
+                state.sleeper = Sleeper::Condvar;
+                state = self.slot.answered.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+        };
         loop {
             // Read before looking: a fill after the look moves it, so the sleep below returns.
-            let epoch = answers.epoch();
+            let epoch = answers.epoch(bit);
             {
                 let mut state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(result) = state.result.take() {
                     return result;
                 }
-                state.sleeper_bit = bit;
+                state.sleeper = Sleeper::Bit(bit);
             }
-            answers.sleep(epoch, bit);
+            answers.sleep(bit, epoch);
         }
     }
 
