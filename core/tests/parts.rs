@@ -201,11 +201,7 @@ fn damaged_part_files_cost_a_scan_never_an_answer() {
 #[test]
 fn first_tier_part_files_lost_to_a_power_cut_cost_a_bounded_scan() {
     for lose in ["the middle one missing", "the first one empty"] {
-        // Five events after the second part, for the close's short third one. (With none, the
-        // test had relied on its caller being answered before the second part reached the
-        // sealer, which left five more events appended; since the writer wakes blocked callers
-        // at the end of the group, the second part is always queued first.)
-        let (dir, total, parts) = closed_store_with_parts(2, 5);
+        let (dir, total, parts) = closed_store_with_parts(2, 0);
         assert_eq!(parts.len(), 3, "two parts and the close's short one, all of the first tier: {parts:?}");
         match lose {
             "the middle one missing" => fs::remove_file(&parts[1]).unwrap(),
@@ -304,8 +300,6 @@ fn a_zeroed_newest_part_or_a_lost_rewrite_of_a_carried_part_costs_no_answer() {
         total += 5;
         store.wait_for_sealing();
     }
-    append(&store, total, 5);
-    total += 5;
     store.close().unwrap(); // writes the part after it, short: three parts of the first tier
     let now = files_with(dir.path(), "part");
     assert_eq!(now.len(), 3, "no merge: {now:?}");

@@ -16,6 +16,12 @@
 //! waiter elsewhere than on Linux. An answer filled on any thread but the writer's (bad input
 //! refused before the queue, a request dropped by a stopped writer) wakes its waiter at once.
 //!
+//! The writer wakes right after a group's answers are filled (before a part's hand-over, a
+//! roll-over or freeing a large group's buffers); a request it refuses before the group is
+//! written (a condition's conflict) wakes its waiter at once. All sleepers of one word share a
+//! futex hash bucket, so a wake walks at most that word's 32 sleepers (and whatever else
+//! hashes there).
+//!
 //! The protocol: a waiter reads its word, then looks for its answer under its slot's lock and,
 //! finding none, leaves its bit there and sleeps only if the word has not moved since it read
 //! it (the kernel compares atomically with queueing it). A filler sets the answer under that
@@ -89,8 +95,8 @@ impl Answers {
 }
 
 /// The calling thread's bit, taken on its first call while one is free and kept until the
-/// thread ends; None if all are held (or off Linux): the caller then waits on its slot's
-/// condition variable.
+/// thread ends; None if all are held (or off Linux, or where the futex calls are refused): the
+/// caller then waits on its slot's condition variable.
 pub(crate) fn this_threads_bit() -> Option<Bit> {
     thread_local! {
         static HELD: HeldBit = HeldBit(take_bit());
@@ -113,7 +119,7 @@ impl Drop for HeldBit {
 }
 
 fn take_bit() -> Option<Bit> {
-    if !cfg!(target_os = "linux") {
+    if !futex::usable() {
         return None;
     }
     for (word, taken) in TAKEN.iter().enumerate() {
@@ -132,6 +138,27 @@ fn take_bit() -> Option<Bit> {
 #[cfg(target_os = "linux")]
 mod futex {
     use std::sync::atomic::AtomicU32;
+
+    /// Whether this process may use bitset futexes: a sandbox (seccomp) can refuse the call,
+    /// and a waiter whose sleep always failed would spin. Asked once, with a wake of nobody.
+    pub fn usable() -> bool {
+        static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *USABLE.get_or_init(|| {
+            let word = AtomicU32::new(0);
+            let woken = unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr(),
+                    libc::FUTEX_WAKE_BITSET | libc::FUTEX_PRIVATE_FLAG,
+                    1,
+                    std::ptr::null::<libc::timespec>(),
+                    std::ptr::null::<u32>(),
+                    u32::MAX,
+                )
+            };
+            woken == 0
+        })
+    }
 
     /// EAGAIN (the word moved), EINTR and spurious returns all send the caller back to look.
     pub fn wait_bitset(word: &AtomicU32, expected: u32, mask: u32) {
@@ -167,6 +194,10 @@ mod futex {
 #[cfg(not(target_os = "linux"))]
 mod futex {
     use std::sync::atomic::AtomicU32;
+
+    pub fn usable() -> bool {
+        false
+    }
 
     pub fn wait_bitset(_: &AtomicU32, _: u32, _: u32) {
         unreachable!("no answer bits are handed out off Linux")

@@ -184,7 +184,8 @@ impl Writer {
             }
             self.published.counters.dequeued(group.len() as u64);
             self.commit_group(&mut group);
-            // The group's callbacks and wakers, to the completion thread in one push.
+            // What the group has not handed over yet (the callbacks and wakers of requests it
+            // refused or failed), to the completion thread in one push.
             crate::completion::flush_deferred();
             if shutdown {
                 break 'serve;
@@ -227,11 +228,11 @@ impl Writer {
         let mut requests = group.drain(..).peekable();
         while let Some(request) = requests.next() {
             if let Some(poison) = &self.poisoned {
-                request.reply.send(Err(poison.clone()));
+                request.reply.refuse(poison.clone());
                 continue;
             }
             if let Err(err) = self.check_condition(&request, &commit) {
-                request.reply.send(Err(err));
+                request.reply.refuse(err);
                 continue;
             }
             let needed = (commit.bytes.len() + request.committed_len()) as u64;
@@ -239,14 +240,12 @@ impl Writer {
                 // A batch never spans segments: commit what is staged, then roll over.
                 let staged = commit.staged.take().map(StagedIndex::emptied);
                 self.flush(commit, recorded_at);
-                // What is committed is answered before the roll-over's syncs, not after them.
-                crate::completion::flush_deferred();
                 let rolled = self.roll_over();
                 // Chain the next records from the new segment's header (or, if the roll-over
                 // failed, from what the old segment really holds now).
                 commit = self.empty_commit(staged);
                 if let Err(err) = rolled {
-                    request.reply.send(Err(err));
+                    request.reply.refuse(err);
                     continue;
                 }
             }
@@ -514,10 +513,11 @@ impl Writer {
         for (reply, result) in staged.answers.drain(..) {
             reply.send(Ok(result));
         }
+        // Blocked callers woken and callbacks handed over now, with one wake a word: not after
+        // what may follow in this group (a part's sync and hand-over, which can wait for the
+        // sealer; a roll-over; freeing a large group's buffers; later requests staged).
+        crate::completion::flush_deferred();
         if self.active.end - self.part_start as u64 >= self.part_bytes {
-            // Answered before the part's sync (`buffered` durability) and its hand-over, which
-            // can wait for the sealer: blocked callers are woken, and callbacks handed over, now.
-            crate::completion::flush_deferred();
             self.finish_part();
         }
     }
