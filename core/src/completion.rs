@@ -146,12 +146,16 @@ pub(crate) fn defers_for(completions: &Arc<Completions>) -> bool {
     DEFERRED.with(|d| d.borrow().as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, completions)))
 }
 
-/// Hands what the writer collected during one group to the completion thread, in one push.
+/// Wakes the blocked callers whose answers the writer filled since the last call (one wake per
+/// answer word) and hands the callbacks and wakers it collected to the completion thread, in one
+/// push. Called several times in a group: before its write (its refusals), once its answers
+/// are filled, and at its end.
 pub(crate) fn flush_deferred() {
-    let store = DEFERRED.with(|d| d.borrow().as_ref().map(|(c, _)| c.clone()));
-    if let Some(completions) = store {
-        completions.answers.wake_pending();
-    }
+    DEFERRED.with(|d| {
+        if let Some((completions, _)) = &*d.borrow() {
+            completions.answers.wake_pending();
+        }
+    });
     let flushed = DEFERRED.with(|d| {
         d.borrow_mut().as_mut().and_then(|(completions, pending)| {
             (!pending.is_empty()).then(|| (completions.clone(), std::mem::take(pending)))

@@ -1,5 +1,6 @@
 //! From the review of the group's single wake-up (helper-72, 2026-12-05; `writer/answers.rs`):
-//! each test here failed on the change as first written (085b784) or on a mutant of it.
+//! each test here failed on the change as first written (085b784) or on a mutant of it
+//! (the second, helper-73, made the shutdown test repeat and the refusals wake before the write).
 #![cfg(feature = "fault-injection")]
 
 use std::sync::mpsc::channel;
@@ -8,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lapilli_core::fault::{self, Fault};
-use lapilli_core::{AppendCondition, Durability, Event, Options, Query, Store};
+use lapilli_core::{AppendCondition, Durability, ErrorKind, Event, Options, Query, Store};
 
 /// Fault points are the process's: one test at a time holds them.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -72,11 +73,19 @@ fn a_refused_blocked_caller_is_not_held_behind_its_groups_fsync() {
 /// Appends that reach the queue after `close`'s shutdown (they passed the open check before it
 /// and were still being encoded) are answered `Closed` as the writer's queue drops, after its
 /// last group: only the writer's last flush (`DeferGuard`) wakes their blocked callers. A mutant
-/// that dropped those wakes passed every other test.
+/// that dropped those wakes passed every other test. Whether an append lands behind the
+/// shutdown is up to the timing (the second review found none in a quarter of single runs), so
+/// the scenario runs five times.
 #[test]
 fn appends_queued_behind_the_shutdown_wake_their_blocked_callers() {
-    const CALLERS: usize = 16;
     let _faults = Faults::take();
+    for _ in 0..5 {
+        close_with_appends_still_arriving();
+    }
+}
+
+fn close_with_appends_still_arriving() {
+    const CALLERS: usize = 16;
     let dir = tempfile::tempdir().unwrap();
     let options = Options { durability: Durability::Fsync, segment_size: 64 << 20, part_bytes: 64 << 20, ..Options::default() };
     let store = Arc::new(Store::open(dir.path(), options).unwrap());
@@ -99,7 +108,7 @@ fn appends_queued_behind_the_shutdown_wake_their_blocked_callers() {
         let store = store.clone();
         thread::spawn(move || store.close())
     };
-    thread::sleep(Duration::from_millis(500));
+    thread::sleep(Duration::from_millis(300));
     fault::release_held();
     first.wait().unwrap();
     let mut results = Vec::new();
@@ -110,5 +119,8 @@ fn appends_queued_behind_the_shutdown_wake_their_blocked_callers() {
         }
     }
     closer.join().unwrap().unwrap();
-    eprintln!("answers: {results:?}");
+    // Committed before the shutdown, or refused as closed: nothing else.
+    for result in &results {
+        assert!(matches!(result, Ok(_) | Err(ErrorKind::Closed)), "{results:?}");
+    }
 }

@@ -1,8 +1,8 @@
 //! How a blocked append waiter learns its answer is there. On Linux, a store's blocked waiters
 //! sleep on its answer words (`WORDS` futex words), each thread with a bit of its own
 //! (`FUTEX_WAIT_BITSET`), and the writer wakes a whole group's callers with one
-//! `FUTEX_WAKE_BITSET` per word their bits fall in, after the group, instead of one wake per
-//! caller as it fills each answer.
+//! `FUTEX_WAKE_BITSET` per word their bits fall in, once their answers are filled, instead of
+//! one wake per caller as it fills each answer.
 //!
 //! Why: at 64 and 128 unbatched writers the writer woke some 50 to 100 callers a group, one
 //! futex wake each, and was switched out about 23 times a group by the callers it woke
@@ -12,23 +12,24 @@
 //!
 //! Bits are handed to threads as they first wait and given back when the thread ends, so they
 //! are held by living threads only: `WORDS * 32` of them. A thread that finds none left waits on
-//! its slot's condition variable and is woken on its own, at once, as before. So is every
-//! waiter elsewhere than on Linux. An answer filled on any thread but the writer's (bad input
-//! refused before the queue, a request dropped by a stopped writer) wakes its waiter at once.
+//! its slot's condition variable and is woken on its own, at once, as before (and asks again at
+//! its next wait). So does every waiter elsewhere than on Linux, or where a sandbox refuses the
+//! bitset futex calls. An answer filled on any thread but the writer's (bad input refused before
+//! the queue, a request dropped by a stopped writer) wakes its waiter at once.
 //!
-//! The writer wakes right after a group's answers are filled (before a part's hand-over, a
-//! roll-over or freeing a large group's buffers); a request it refuses before the group is
-//! written (a condition's conflict) wakes its waiter at once. All sleepers of one word share a
-//! futex hash bucket, so a wake walks at most that word's 32 sleepers (and whatever else
-//! hashes there).
+//! When the writer wakes: right after a group's answers are filled (before a part's hand-over,
+//! a roll-over or freeing a large group's buffers); the requests it refused (a condition's
+//! conflict) before the group's write and sync, which they are no part of; the answers of a
+//! failed write or sync at the group's end. All sleepers of one word share a futex hash
+//! bucket, so a wake walks at most that word's 32 sleepers (and whatever else hashes there).
 //!
 //! The protocol: a waiter reads its word, then looks for its answer under its slot's lock and,
 //! finding none, leaves its bit there and sleeps only if the word has not moved since it read
 //! it (the kernel compares atomically with queueing it). A filler sets the answer under that
-//! lock and takes the bit, then moves the word, then wakes: a waiter that looked before the
-//! answer was set read the word before it moved, so it either sleeps in time to be woken or
-//! does not sleep at all. A thread woken by an earlier holder of its bit finds no answer and
-//! sleeps again.
+//! lock and reads the bit left there, then moves the word, then wakes: a waiter that looked
+//! before the answer was set read the word before it moved, so it either sleeps in time to be
+//! woken or does not sleep at all. A thread woken by an earlier holder of its bit finds no
+//! answer and sleeps again.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -94,25 +95,33 @@ impl Answers {
     }
 }
 
-/// The calling thread's bit, taken on its first call while one is free and kept until the
-/// thread ends; None if all are held (or off Linux, or where the futex calls are refused): the
-/// caller then waits on its slot's condition variable.
+/// The calling thread's bit, taken on the first call that finds one free and kept until the
+/// thread ends; None while all are held (or always, off Linux or where the futex calls are
+/// refused): the caller then waits on its slot's condition variable.
 pub(crate) fn this_threads_bit() -> Option<Bit> {
     thread_local! {
-        static HELD: HeldBit = HeldBit(take_bit());
+        static HELD: HeldBit = const { HeldBit(Cell::new(None)) };
     }
-    HELD.try_with(|held| held.0).ok().flatten()
+    HELD.try_with(|held| {
+        // Asked again while it has none: bits come back as other threads end.
+        if held.0.get().is_none() {
+            held.0.set(take_bit());
+        }
+        held.0.get()
+    })
+    .ok()
+    .flatten()
 }
 
 /// Which bits threads hold, by word.
 static TAKEN: [AtomicU32; WORDS] = [const { AtomicU32::new(0) }; WORDS];
 
-struct HeldBit(Option<Bit>);
+struct HeldBit(Cell<Option<Bit>>);
 
 impl Drop for HeldBit {
     /// The thread ends: its bit goes back for another thread.
     fn drop(&mut self) {
-        if let Some(bit) = self.0 {
+        if let Some(bit) = self.0.get() {
             TAKEN[bit.word as usize].fetch_and(!bit.mask, Ordering::AcqRel);
         }
     }
@@ -156,7 +165,20 @@ mod futex {
                     u32::MAX,
                 )
             };
-            woken == 0
+            // A wait for a value the word does not hold returns EAGAIN at once where it is allowed.
+            let waited = unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr(),
+                    libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
+                    1,
+                    std::ptr::null::<libc::timespec>(),
+                    std::ptr::null::<u32>(),
+                    u32::MAX,
+                )
+            };
+            let moved = waited == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
+            woken == 0 && moved
         })
     }
 

@@ -228,24 +228,25 @@ impl Writer {
         let mut requests = group.drain(..).peekable();
         while let Some(request) = requests.next() {
             if let Some(poison) = &self.poisoned {
-                request.reply.refuse(poison.clone());
+                request.reply.send(Err(poison.clone()));
                 continue;
             }
             if let Err(err) = self.check_condition(&request, &commit) {
-                request.reply.refuse(err);
+                request.reply.send(Err(err));
                 continue;
             }
             let needed = (commit.bytes.len() + request.committed_len()) as u64;
             if needed > self.active.remaining() {
                 // A batch never spans segments: commit what is staged, then roll over.
                 let staged = commit.staged.take().map(StagedIndex::emptied);
+                refusals_now();
                 self.flush(commit, recorded_at);
                 let rolled = self.roll_over();
                 // Chain the next records from the new segment's header (or, if the roll-over
                 // failed, from what the old segment really holds now).
                 commit = self.empty_commit(staged);
                 if let Err(err) = rolled {
-                    request.reply.refuse(err);
+                    request.reply.send(Err(err));
                     continue;
                 }
             }
@@ -261,11 +262,13 @@ impl Writer {
                     // with a conflict naming an event that never existed (review of
                     // 2026-12-04, late).
                     let staged = commit.staged.take().map(StagedIndex::emptied);
+                    refusals_now();
                     self.flush(commit, recorded_at);
                     commit = self.empty_commit(staged);
                 }
             }
         }
+        refusals_now();
         self.flush(commit, recorded_at);
     }
 
@@ -716,6 +719,13 @@ fn padded_end(start: u64, end: u64, capacity: u64) -> u64 {
         return end;
     }
     end.next_multiple_of(PAGE_BYTES).min(capacity).max(end)
+}
+
+/// Requests the writer refused so far in this group (a condition's conflict, a poisoned writer,
+/// a failed roll-over) are no part of the write and sync that follow: their blocked callers are
+/// woken, and their callbacks handed over, before them (review of 2026-12-05).
+fn refusals_now() {
+    crate::completion::flush_deferred();
 }
 
 fn fail_all(answers: impl IntoIterator<Item = (Reply, AppendResult)>, err: &Error) {

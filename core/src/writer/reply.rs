@@ -50,19 +50,11 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    /// Answers; on the writer thread, a blocked waiter is woken with the rest of its group.
+    /// Answers; on the writer thread, a blocked waiter is woken at the writer's next
+    /// `flush_deferred`, with the others answered since.
     pub fn send(mut self, result: Result<AppendResult>) {
         if let Some(slot) = self.slot.take() {
-            fill(&slot, result, false);
-        }
-    }
-
-    /// Answers a request the writer refuses before the group is written (a condition's
-    /// conflict, a poisoned writer, a failed roll-over): its blocked waiter is woken at once,
-    /// not after the group's write and sync, which it is no part of (review of 2026-12-05).
-    pub fn refuse(mut self, err: Error) {
-        if let Some(slot) = self.slot.take() {
-            fill(&slot, Err(err), true);
+            fill(&slot, result);
         }
     }
 }
@@ -70,12 +62,12 @@ impl Reply {
 impl Drop for Reply {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            fill(&slot, Err(Error::closed()), false);
+            fill(&slot, Err(Error::closed()));
         }
     }
 }
 
-fn fill(slot: &Slot, result: Result<AppendResult>, wake_at_once: bool) {
+fn fill(slot: &Slot, result: Result<AppendResult>) {
     let (job, sleeper) = {
         let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
         let job = match state.callback.take() {
@@ -91,8 +83,8 @@ fn fill(slot: &Slot, result: Result<AppendResult>, wake_at_once: bool) {
         // Nobody blocked in `wait` (yet): a later `wait` finds the answer.
         Sleeper::None => {}
         Sleeper::Bit(bit) => {
-            let at_group_end = !wake_at_once && crate::completion::defers_for(&slot.completions);
-            slot.completions.answers.answered(bit, at_group_end);
+            let on_the_writer = crate::completion::defers_for(&slot.completions);
+            slot.completions.answers.answered(bit, on_the_writer);
         }
         Sleeper::Condvar => slot.answered.notify_all(),
     }
