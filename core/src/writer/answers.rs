@@ -148,35 +148,15 @@ fn take_bit() -> Option<Bit> {
 mod futex {
     use std::sync::atomic::AtomicU32;
 
-    /// Whether this process may use bitset futexes: a sandbox (seccomp) can refuse the call,
-    /// and a waiter whose sleep always failed would spin. Asked once, with a wake of nobody.
+    /// Whether this process may use bitset futexes: a sandbox (seccomp) can refuse the calls,
+    /// and a waiter whose sleep always failed would spin. Asked once: a wake of nobody, and a
+    /// wait for a value the word does not hold (EAGAIN at once where it is allowed).
     pub fn usable() -> bool {
         static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *USABLE.get_or_init(|| {
             let word = AtomicU32::new(0);
-            let woken = unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    word.as_ptr(),
-                    libc::FUTEX_WAKE_BITSET | libc::FUTEX_PRIVATE_FLAG,
-                    1,
-                    std::ptr::null::<libc::timespec>(),
-                    std::ptr::null::<u32>(),
-                    u32::MAX,
-                )
-            };
-            // A wait for a value the word does not hold returns EAGAIN at once where it is allowed.
-            let waited = unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    word.as_ptr(),
-                    libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
-                    1,
-                    std::ptr::null::<libc::timespec>(),
-                    std::ptr::null::<u32>(),
-                    u32::MAX,
-                )
-            };
+            let woken = call(&word, libc::FUTEX_WAKE_BITSET, 1, u32::MAX);
+            let waited = call(&word, libc::FUTEX_WAIT_BITSET, 1, u32::MAX);
             let moved = waited == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
             woken == 0 && moved
         })
@@ -184,30 +164,26 @@ mod futex {
 
     /// EAGAIN (the word moved), EINTR and spurious returns all send the caller back to look.
     pub fn wait_bitset(word: &AtomicU32, expected: u32, mask: u32) {
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                word.as_ptr(),
-                libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
-                expected,
-                std::ptr::null::<libc::timespec>(),
-                std::ptr::null::<u32>(),
-                mask,
-            );
-        }
+        call(word, libc::FUTEX_WAIT_BITSET, expected, mask);
     }
 
     pub fn wake_bitset(word: &AtomicU32, mask: u32) {
+        call(word, libc::FUTEX_WAKE_BITSET, i32::MAX as u32, mask);
+    }
+
+    /// One bitset futex call on a word of this process, without a timeout.
+    fn call(word: &AtomicU32, op: libc::c_int, val: u32, mask: u32) -> libc::c_long {
+        // SAFETY: the word outlives the call; a null timeout means none; uaddr2 is unused.
         unsafe {
             libc::syscall(
                 libc::SYS_futex,
                 word.as_ptr(),
-                libc::FUTEX_WAKE_BITSET | libc::FUTEX_PRIVATE_FLAG,
-                i32::MAX,
+                op | libc::FUTEX_PRIVATE_FLAG,
+                val,
                 std::ptr::null::<libc::timespec>(),
                 std::ptr::null::<u32>(),
                 mask,
-            );
+            )
         }
     }
 }
