@@ -5,8 +5,8 @@
 //! thread to the JVM, a Python `call_soon_threadsafe` that takes the GIL, a Node threadsafe
 //! function call). Run on the writer, each one would delay the next group commit, and the writer
 //! would depend on the foreign runtime's health. The writer instead hands the group's jobs
-//! over in one push once the group's answers are filled (and what is left at its end), and this thread runs them in the order the writer
-//! answered them. Blocking waiters are still woken by the writer itself, without the hop: an
+//! over in one push once the group's answers are filled (its refusals before its write, what
+//! is left at its end), and this thread runs them in the order the writer answered them. Blocking waiters are still woken by the writer itself, without the hop: an
 //! append's (`PendingAppend::wait`) with one futex wake for the group (`writer/answers.rs`),
 //! a subscription's (`Subscription::next_batch`) through its condition variable. A wake costs
 //! less than the hop, and a callback that blocks on an append (on this thread) must not wait

@@ -50,7 +50,7 @@ pub(crate) struct Answers {
 }
 
 thread_local! {
-    /// The bits of the answers the writer filled in its current group, by word, woken at its end.
+    /// The bits of the answers the writer filled since its last flush, by word, woken at its next.
     static PENDING: Cell<[u32; WORDS]> = const { Cell::new([0; WORDS]) };
 }
 
@@ -65,8 +65,8 @@ impl Answers {
         futex::wait_bitset(&self.words[bit.word as usize], epoch, bit.mask);
     }
 
-    /// The answer of a thread sleeping with `bit` was filled: woken at the end of the group on
-    /// the writer (`defer`), at once otherwise.
+    /// The answer of a thread sleeping with `bit` was filled: woken at the writer's next flush
+    /// (`defer`, on the writer: `completion::flush_deferred`), at once otherwise.
     pub fn answered(&self, bit: Bit, defer: bool) {
         if defer {
             PENDING.with(|p| {
